@@ -1,0 +1,103 @@
+"""Reading and writing result files, atomically.
+
+A result that exists on disk is complete: every write goes to a temporary file in the same
+folder, is flushed to disk, then renamed over the target. A job killed mid-write leaves no file
+that looks finished.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+#: Bumped whenever a key of the per-run result changes meaning.
+SCHEMA_VERSION = 1
+
+#: Keys that identify a grid point; every result and every steps row carries them.
+GRID_KEYS = ("mode", "model", "dataset", "batch_size", "num_workers", "seed")
+
+#: Columns of the per-step CSV a benchmark run writes next to its result.
+STEP_COLUMNS = (
+    "step",
+    "phase",
+    "samples_seen",
+    "elapsed_s",
+    "step_time_ms",
+    "data_wait_ms",
+    "loss",
+    "lr",
+)
+
+STATUSES = ("ok", "oom", "diverged")
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as null so every reader agrees."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _atomic_open(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    return os.fdopen(fd, "w", newline="", encoding="utf-8"), Path(tmp)
+
+
+def _commit(handle, tmp: Path, path: Path) -> None:
+    handle.flush()
+    os.fsync(handle.fileno())
+    handle.close()
+    os.replace(tmp, path)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically."""
+    path = Path(path)
+    handle, tmp = _atomic_open(path)
+    try:
+        handle.write(text)
+        _commit(handle, tmp, path)
+    except BaseException:
+        handle.close()
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
+    """Write ``data`` as indented JSON, atomically; non-finite floats become null."""
+    write_text(path, json.dumps(_clean(data), indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def write_csv(
+    path: str | os.PathLike, rows: Iterable[Mapping[str, Any]], columns: Iterable[str]
+) -> None:
+    """Write ``rows`` (dicts) with the given columns as CSV, atomically."""
+    path = Path(path)
+    columns = list(columns)
+    handle, tmp = _atomic_open(path)
+    try:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _clean(v) for k, v in row.items()})
+        _commit(handle, tmp, path)
+    except BaseException:
+        handle.close()
+        tmp.unlink(missing_ok=True)
+        raise
