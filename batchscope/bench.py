@@ -1,0 +1,165 @@
+"""Entry point of one benchmark job: one mode × model × batch size × workers × seed.
+
+    python -m batchscope.bench --mode train --model small_cnn --dataset fashion_mnist \\
+        --data-root resources/datasets/fashion_mnist --batch-size 64 --num-workers 2 --seed 0 \\
+        --output run.json --steps run.steps.csv
+
+Writes the steps CSV, then the result JSON (both atomically). An OOM or a diverged loss is a
+result (exit 0); any other error exits non-zero and writes nothing. Imports no plotting library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+
+from batchscope import results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m batchscope.bench", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--mode", choices=("train", "infer"), required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--data-root", default=None, help="folder the dataset was prepared in")
+    p.add_argument("--dataset-options", default="{}", help="JSON: image_size, synthetic sizes")
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--num-workers", type=int, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--non-blocking", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--prefetch-factor", type=int, default=2)
+    p.add_argument("--persistent-workers", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--cpu-memory-budget-mb", type=float, default=None)
+    p.add_argument("--output", required=True, help="result JSON")
+    p.add_argument("--steps", required=True, help="per-step CSV")
+    args = p.parse_args(argv)
+    for name in ("batch_size", "epochs", "prefetch_factor"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.num_workers < 0 or args.warmup_steps < 0:
+        p.error("--num-workers and --warmup-steps must not be negative")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+
+    import torch
+
+    from batchscope import data, envinfo, measure, models, runner, seeding
+
+    env = envinfo.runtime(args.device)  # before threads and seeds are set: the environment as given
+    device = measure.resolve_device(args.device)
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if args.threads:
+        torch.set_num_threads(max(1, min(args.threads, affinity)))
+    seeds = seeding.seed_everything(args.seed, deterministic=args.deterministic)
+
+    options = json.loads(args.dataset_options)
+    native = data.native_channels(args.dataset, options.get("synthetic"))
+    channels = models.input_channels(args.model, native)
+    split_kwargs = {
+        "channels": channels,
+        "image_size": options.get("image_size"),
+        "synthetic": options.get("synthetic"),
+    }
+    split = "train" if args.mode == "train" else "test"
+    work = data.open_split(args.dataset, args.data_root, split, **split_kwargs)
+    val = (
+        data.open_split(args.dataset, args.data_root, "test", **split_kwargs)
+        if split == "train"
+        else None
+    )
+    model = models.build_model(args.model, num_classes=work.num_classes, in_channels=channels)
+
+    cfg = runner.RunConfig(
+        mode=args.mode,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        seed=args.seed,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        warmup_steps=args.warmup_steps,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        loader=runner.LoaderSettings(
+            pin_memory=args.pin_memory,
+            non_blocking=args.non_blocking,
+            prefetch_factor=args.prefetch_factor,
+            persistent_workers=args.persistent_workers,
+        ),
+    )
+    print(
+        f"batchscope bench: {args.mode} {args.model} on {args.dataset},"
+        f" batch_size={args.batch_size} num_workers={args.num_workers} seed={args.seed}"
+        f" device={device} threads={torch.get_num_threads()} env={env['fingerprint']}",
+        file=sys.stderr,
+    )
+    outcome, steps = runner.run(
+        model,
+        cfg,
+        device,
+        work.dataset,
+        val.dataset if val else None,
+        cpu_memory_budget_mb=args.cpu_memory_budget_mb,
+    )
+    result = {
+        "schema_version": results.SCHEMA_VERSION,
+        "mode": args.mode,
+        "model": args.model,
+        "dataset": args.dataset,
+        "batch_size": args.batch_size,
+        "num_workers": args.num_workers,
+        "seed": args.seed,
+        "device": str(device),
+        "device_name": env["device_name"],
+        **outcome,
+        "image_size": work.image_size,
+        "channels": channels,
+        "images_skipped": work.skipped,
+        "epochs": args.epochs,
+        "max_steps": args.max_steps,
+        "optimizer": args.optimizer if args.mode == "train" else None,
+        "torch_threads": torch.get_num_threads(),
+        "pin_memory": cfg.loader.pin_memory,
+        "non_blocking": cfg.loader.non_blocking,
+        "prefetch_factor": cfg.loader.prefetch_factor,
+        "persistent_workers": cfg.loader.persistent_workers,
+        "deterministic": seeds["deterministic"],
+        "pythonhashseed": seeds["pythonhashseed"],
+        "cpu_memory_budget_mb": args.cpu_memory_budget_mb,
+        "env_fingerprint": env["fingerprint"],
+        "torch_version": env["packages"]["torch"],
+        "started_at": started_at,
+        "wall_s": time.perf_counter() - started,
+    }
+    results.write_csv(args.steps, steps, results.STEP_COLUMNS)
+    results.write_json(args.output, result)
+    summary = {k: result[k] for k in ("status", "samples_per_s", "peak_mem_mb", "val_accuracy")}
+    print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Config checking with one-line errors that name the key.
+
+Imports only jsonschema and PyYAML, so the workflow can check a config before any job starts
+without importing torch. The JSON Schema (``workflow/schemas/config.schema.yaml``) is the
+contract; :func:`check` adds the few rules a schema cannot say.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+import yaml
+from jsonschema.exceptions import best_match
+
+
+class ConfigError(ValueError):
+    """A config value the workflow cannot run with; the message is one line naming the key."""
+
+
+def key_path(path) -> str:
+    """``['batch_sizes', 0]`` -> ``batch_sizes[0]``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "enum" and len(error.validator_value) > 6:
+        shown = ", ".join(map(str, error.validator_value[:6]))
+        more = len(error.validator_value) - 6
+        return f"{error.instance!r} is not allowed (allowed: {shown}, ... {more} more)"
+    if error.validator == "uniqueItems":
+        return f"has duplicate values {error.instance!r}"
+    if error.validator == "minItems" and error.validator_value == 1:
+        return "must not be empty"
+    return error.message
+
+
+def load_schema(path: str | os.PathLike) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for the most relevant problem in ``config``, if any."""
+    validator = jsonschema.Draft202012Validator(schema)
+    error = best_match(validator.iter_errors(config))
+    if error is not None:
+        path = list(error.absolute_path)
+        if error.validator == "additionalProperties":
+            allowed = error.schema.get("properties", {})
+            unknown = sorted(k for k in error.instance if k not in allowed)
+            raise ConfigError(
+                f"config key {key_path([*path, unknown[0]])}: unknown key"
+                f" (allowed here: {', '.join(allowed)})"
+            )
+        raise ConfigError(f"config key {key_path(path)}: {_message(error)}")
+    _check_semantics(config)
+
+
+def _check_semantics(config: Mapping[str, Any]) -> None:
+    dataset = config.get("dataset", {})
+    if dataset.get("name") == "imagefolder":
+        path = dataset.get("path")
+        if not path:
+            raise ConfigError("config key dataset.path: required when dataset.name is imagefolder")
+        if not os.path.isdir(path):
+            raise ConfigError(f"config key dataset.path: {path!r} is not a folder")
+    elif "path" in dataset:
+        raise ConfigError("config key dataset.path: only used when dataset.name is imagefolder")
+    warmup = config.get("measure", {}).get("warmup_steps", 5)
+    for mode in ("train", "infer"):
+        cap = config.get(mode, {}).get("max_steps")
+        if cap is not None and cap <= warmup:
+            raise ConfigError(
+                f"config key {mode}.max_steps: {cap} leaves no step to measure after "
+                f"measure.warmup_steps={warmup}"
+            )

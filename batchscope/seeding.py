@@ -1,0 +1,51 @@
+"""Seeding, as the seed documents ask: Python, NumPy, torch (CPU and CUDA), cuDNN, DataLoader.
+
+``PYTHONHASHSEED`` only takes effect when set before the interpreter starts, so the workflow sets
+it in the job's environment; :func:`seed_everything` records whether it matches.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int, *, deterministic: bool) -> dict:
+    """Seed every generator a run touches and return what was set, for the result file.
+
+    ``deterministic`` selects cuDNN's deterministic kernels and turns off its autotuner
+    (``cudnn.benchmark``): bit-for-bit repeatable runs at some cost in speed on a GPU.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = not deterministic
+    if deterministic:
+        # cuBLAS needs a fixed workspace for deterministic GEMMs (CUDA >= 10.2).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    return {
+        "seed": seed,
+        "deterministic": deterministic,
+        "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+    }
+
+
+def loader_generator(seed: int) -> torch.Generator:
+    """The generator a DataLoader shuffles with and derives its workers' base seed from."""
+    return torch.Generator().manual_seed(seed)
+
+
+def seed_worker(worker_id: int) -> None:
+    """``worker_init_fn``: seed Python and NumPy in each worker from torch's per-worker seed.
+
+    torch seeds itself in each worker from the loader's generator; Python's ``random`` and NumPy
+    are not, so without this, augmentations using them repeat across workers.
+    """
+    worker_seed = torch.initial_seed() % 2**32
+    random.seed(worker_seed)
+    np.random.seed(worker_seed)
