@@ -13,6 +13,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,30 +49,36 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _atomic_open(path: Path):
+@contextmanager
+def _atomic(path: str | os.PathLike, mode: str):
+    """Yield a handle on a temporary file beside ``path``; rename it over ``path`` on success."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    return os.fdopen(fd, "w", newline="", encoding="utf-8"), Path(tmp)
+    try:
+        with os.fdopen(
+            fd, mode, **({} if "b" in mode else {"newline": "", "encoding": "utf-8"})
+        ) as handle:
+            yield handle
+            handle.flush()
+            os.fchmod(handle.fileno(), 0o644)  # mkstemp makes it 0600; results are for reading
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-def _commit(handle, tmp: Path, path: Path) -> None:
-    handle.flush()
-    os.fsync(handle.fileno())
-    handle.close()
-    os.replace(tmp, path)
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with _atomic(path, "wb") as handle:
+        handle.write(data)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically."""
-    path = Path(path)
-    handle, tmp = _atomic_open(path)
-    try:
+    with _atomic(path, "w") as handle:
         handle.write(text)
-        _commit(handle, tmp, path)
-    except BaseException:
-        handle.close()
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
@@ -88,16 +95,8 @@ def write_csv(
     path: str | os.PathLike, rows: Iterable[Mapping[str, Any]], columns: Iterable[str]
 ) -> None:
     """Write ``rows`` (dicts) with the given columns as CSV, atomically."""
-    path = Path(path)
-    columns = list(columns)
-    handle, tmp = _atomic_open(path)
-    try:
-        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+    with _atomic(path, "w") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             writer.writerow({k: _clean(v) for k, v in row.items()})
-        _commit(handle, tmp, path)
-    except BaseException:
-        handle.close()
-        tmp.unlink(missing_ok=True)
-        raise
