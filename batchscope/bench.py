@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--val-batch-size", type=int, default=512, help="validation pass, not timed")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--non-blocking", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--prefetch-factor", type=int, default=2)
@@ -50,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", required=True, help="result JSON")
     p.add_argument("--steps", required=True, help="per-step CSV")
     args = p.parse_args(argv)
-    for name in ("batch_size", "epochs", "prefetch_factor"):
+    for name in ("batch_size", "epochs", "prefetch_factor", "val_batch_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.num_workers < 0 or args.warmup_steps < 0:
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
         momentum=args.momentum,
         weight_decay=args.weight_decay,
+        val_batch_size=args.val_batch_size,
         loader=runner.LoaderSettings(
             pin_memory=args.pin_memory,
             non_blocking=args.non_blocking,
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_steps": args.max_steps,
         "optimizer": args.optimizer if args.mode == "train" else None,
         "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": env["env"]["OMP_NUM_THREADS"],
         "pin_memory": cfg.loader.pin_memory,
         "non_blocking": cfg.loader.non_blocking,
         "prefetch_factor": cfg.loader.prefetch_factor,

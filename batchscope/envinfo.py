@@ -30,8 +30,18 @@ ENV_VARS = (
     "CUDA_LAUNCH_BLOCKING",
 )
 
-#: Keys hashed into the fingerprint: software and hardware, not per-run settings or time.
-#: PYTHONHASHSEED is left out: each job sets it to its own seed.
+#: Set per job, not per environment: each job's seed, Snakemake's thread count for the job
+#: (it exports the *_NUM_THREADS variables from `threads`), and a cluster's GPU assignment.
+#: Recorded, but not fingerprinted.
+PER_JOB_ENV_VARS = (
+    "PYTHONHASHSEED",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+)
+
+#: Keys hashed into the fingerprint: software and hardware, not per-job settings or time.
 FINGERPRINT_KEYS = (
     "python",
     "platform",
@@ -41,7 +51,6 @@ FINGERPRINT_KEYS = (
     "torch_cuda",
     "cudnn",
     "blas",
-    "default_threads",
     "device_type",
     "device_name",
     "device_capability",
@@ -138,7 +147,7 @@ def runtime(requested_device: str = "auto") -> dict[str, Any]:
             "interop": torch.get_num_interop_threads(),
         },
         "env": env,
-        "env_fingerprinted": {k: v for k, v in env.items() if k != "PYTHONHASHSEED"},
+        "env_fingerprinted": {k: v for k, v in env.items() if k not in PER_JOB_ENV_VARS},
     }
     info.update(_device(requested_device))
     info["fingerprint"] = fingerprint(info)

@@ -1,0 +1,91 @@
+"""The measured loop on tiny in-memory data (no dataset files, no Snakemake)."""
+
+import math
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from batchscope import models, runner, seeding
+
+CPU = torch.device("cpu")
+
+
+def _data(n=96, value=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 1, 12, 12, generator=g)
+    if value is not None:
+        x.fill_(value)
+    return TensorDataset(x, torch.randint(0, 4, (n,), generator=g))
+
+
+def _run(mode="train", batch_size=8, seed=0, data=None, **kw):
+    seeding.seed_everything(seed, deterministic=True)
+    model = models.build_model("small_cnn", num_classes=4, in_channels=1)
+    cfg = runner.RunConfig(
+        mode=mode, batch_size=batch_size, num_workers=0, seed=seed, warmup_steps=2, **kw
+    )
+    data = data if data is not None else _data()
+    return runner.run(model, cfg, CPU, data, _data(32) if mode == "train" else None)
+
+
+def test_warmup_steps_are_logged_but_not_measured():
+    result, steps = _run(max_steps=7)
+    assert result["status"] == "ok"
+    assert [s["phase"] for s in steps] == ["warmup"] * 2 + ["measured"] * 5
+    assert result["measured_steps"] == 5
+    assert result["measured_samples"] == 5 * 8
+    measured = [s for s in steps if s["phase"] == "measured"]
+    assert result["measured_s"] == pytest.approx(sum(s["step_time_ms"] for s in measured) / 1e3)
+    assert result["samples_per_s"] == pytest.approx(40 / result["measured_s"])
+    waits = sum(s["data_wait_ms"] for s in measured) / 1e3
+    assert result["data_wait_frac"] == pytest.approx(waits / result["measured_s"])
+    assert 0.0 <= result["data_wait_frac"] <= 1.0
+
+
+def test_batch_size_is_never_changed_and_partial_batches_dropped():
+    result, steps = _run(batch_size=7, epochs=2)  # 96 samples: 13 full batches per epoch
+    assert len(steps) == 2 * 13
+    seen = [s["samples_seen"] for s in steps]
+    assert all(b - a == 7 for a, b in zip([0, *seen], seen, strict=False))
+    assert result["steps_run"] == 26
+
+
+def test_train_records_loss_lr_and_validation_accuracy():
+    result, steps = _run(max_steps=6, lr=0.01)
+    assert all(s["lr"] == 0.01 and math.isfinite(s["loss"]) for s in steps)
+    assert result["final_loss"] == steps[-1]["loss"]
+    assert 0.0 <= result["val_accuracy"] <= 1.0
+
+
+def test_infer_has_no_loss_and_no_accuracy():
+    result, steps = _run(mode="infer", max_steps=5)
+    assert result["status"] == "ok"
+    assert result["final_loss"] is None and result["val_accuracy"] is None
+    assert all(s["loss"] is None for s in steps)
+
+
+def test_nan_loss_is_recorded_as_diverged():
+    result, steps = _run(data=_data(value=float("nan")), max_steps=10)
+    assert result["status"] == "diverged"
+    assert len(steps) == 1  # stopped at the first non-finite loss
+    assert result["samples_per_s"] is None
+
+
+def test_same_seed_gives_bit_identical_losses_and_another_seed_does_not():
+    first = [s["loss"] for s in _run(seed=3, max_steps=6)[1]]
+    again = [s["loss"] for s in _run(seed=3, max_steps=6)[1]]
+    other = [s["loss"] for s in _run(seed=4, max_steps=6)[1]]
+    assert first == again
+    assert first != other
+
+
+def test_too_few_steps_to_measure_is_a_clear_error():
+    with pytest.raises(ValueError, match="warm-up"):
+        _run(batch_size=64)  # 96 samples -> 1 step, 2 warm-up steps
+
+
+def test_non_oom_errors_propagate():
+    bad = TensorDataset(torch.randn(64, 3, 12, 12), torch.zeros(64, dtype=torch.long))
+    with pytest.raises(RuntimeError, match="channels"):
+        _run(data=bad, max_steps=4)  # a 1-channel model fed 3 channels is a bug, not a result
