@@ -1,0 +1,93 @@
+"""The config contract: schema, one-line errors naming the key, defaults and docs in step."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from batchscope.config import ConfigError, check, load_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
+DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def test_default_config_is_valid():
+    check(DEFAULT, SCHEMA)
+
+
+def _with(path: str, value):
+    config = copy.deepcopy(DEFAULT)
+    *parents, last = path.split(".")
+    node = config
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return config
+
+
+BAD = [
+    ("models", ["resnet1000"], "models[0]"),
+    ("batch_sizes", [32, 0], "batch_sizes[1]"),
+    ("batch_sizes", [-4], "batch_sizes[0]"),
+    ("modes", ["eval"], "modes[0]"),
+    ("num_workers", [], "num_workers"),
+    ("seeds", [], "seeds"),
+    ("batch_sizes", ["64"], "batch_sizes[0]"),
+    ("batch_sizes", 64, "batch_sizes"),
+    ("num_workers", [0, 0], "num_workers"),
+    ("device", "tpu", "device"),
+    ("dataset.name", "mnist", "dataset.name"),
+    ("train.lr", 0, "train.lr"),
+    ("train.epochs", 1.5, "train.epochs"),
+    ("train.max_steps", 3, "train.max_steps"),
+    ("loader.prefetch_factor", 0, "loader.prefetch_factor"),
+    ("deterministic", "yes", "deterministic"),
+    ("bogus", 1, "bogus"),
+    ("train.bogus", 1, "train.bogus"),
+    ("dataset.name", "imagefolder", "dataset.path"),
+    ("cpu_memory_budget_mb", 0, "cpu_memory_budget_mb"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "key"), BAD, ids=[f"{p}={v!r}" for p, v, _ in BAD])
+def test_bad_value_is_one_line_naming_the_key(path, value, key):
+    with pytest.raises(ConfigError) as info:
+        check(_with(path, value), SCHEMA)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"config key {key}:")
+
+
+def test_imagefolder_path_must_exist(tmp_path):
+    config = _with("dataset", {"name": "imagefolder", "path": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match="dataset.path: .* is not a folder"):
+        check(config, SCHEMA)
+    config["dataset"]["path"] = str(tmp_path)
+    check(config, SCHEMA)
+
+
+def test_model_names_are_exactly_what_the_pinned_torchvision_builds():
+    from batchscope.models import available_models
+
+    assert SCHEMA["$defs"]["model_name"]["enum"] == available_models()
+
+
+def _properties(schema, prefix=""):
+    for name, sub in schema.get("properties", {}).items():
+        yield f"{prefix}{name}", sub
+        yield from _properties(sub, f"{prefix}{name}.")
+
+
+@pytest.mark.parametrize("key", [k for k, _ in _properties(SCHEMA)])
+def test_every_key_has_a_description_a_default_and_a_line_in_config_readme(key):
+    sub = dict(_properties(SCHEMA))[key]
+    resolved = sub
+    if "$ref" in sub:
+        resolved = SCHEMA["$defs"][sub["$ref"].rsplit("/", 1)[1]]
+    assert resolved.get("description"), f"{key} has no description"
+    if key not in SCHEMA["required"] and key not in ("dataset.name", "dataset.path"):
+        assert "default" in resolved, f"{key} has no default"
+    readme = (ROOT / "config" / "README.md").read_text()
+    assert f"`{key}`" in readme, f"config/README.md does not document {key}"

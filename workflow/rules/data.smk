@@ -1,0 +1,17 @@
+# Stage 1: the dataset, fetched once into resources/ and verified (or an image folder indexed).
+
+
+rule download_dataset:
+    output:
+        directory("resources/datasets/{dataset}"),
+    log:
+        "logs/download/{dataset}.log",
+    benchmark:
+        "benchmarks/download/{dataset}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    params:
+        options=download_options,
+    shell:
+        "python -m batchscope.download --dataset {wildcards.dataset} --root {output:q}"
+        " {params.options} > {log:q} 2>&1"

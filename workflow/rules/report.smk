@@ -1,0 +1,73 @@
+# Stage 5: comparison plots and the recommendation, each captioned for the HTML report
+# (`snakemake --report results/report.html`).
+
+
+rule plots:
+    input:
+        summary="results/summary.csv",
+        curves="results/curves.csv",
+    output:
+        throughput=report(
+            "results/plots/throughput.png",
+            caption="../report/throughput.rst",
+            category="Throughput",
+            labels={"figure": "samples/s vs batch size"},
+        ),
+        peak_memory=report(
+            "results/plots/peak_memory.png",
+            caption="../report/peak_memory.rst",
+            category="Memory",
+            labels={"figure": "peak memory vs batch size"},
+        ),
+        data_wait=report(
+            "results/plots/data_wait.png",
+            caption="../report/data_wait.rst",
+            category="Input pipeline",
+            labels={"figure": "data wait share"},
+        ),
+        loss_curves=report(
+            "results/plots/loss_curves.png",
+            caption="../report/loss_curves.rst",
+            category="Training",
+            labels={"figure": "loss curves"},
+        ),
+        val_accuracy=report(
+            "results/plots/val_accuracy.png",
+            caption="../report/val_accuracy.rst",
+            category="Training",
+            labels={"figure": "validation accuracy"},
+        ),
+    log:
+        "logs/plots.log",
+    benchmark:
+        "benchmarks/plots.tsv"
+    conda:
+        "../envs/report.yaml"
+    params:
+        outdir=plot_dir,
+    shell:
+        "python -m batchscope.plots --summary {input.summary:q} --curves {input.curves:q}"
+        " --outdir {params.outdir:q} > {log:q} 2>&1"
+
+
+rule recommend:
+    input:
+        summary="results/summary.csv",
+        env="results/env/environment.json",
+    output:
+        markdown="results/recommendation.md",
+        html=report(
+            "results/recommendation.html",
+            caption="../report/recommendation.rst",
+            category="Recommendation",
+            labels={"document": "recommendation"},
+        ),
+    log:
+        "logs/recommend.log",
+    benchmark:
+        "benchmarks/recommend.tsv"
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python -m batchscope.recommend --summary {input.summary:q} --env {input.env:q}"
+        " --markdown {output.markdown:q} --html {output.html:q} > {log:q} 2>&1"
