@@ -1,0 +1,248 @@
+"""End to end: the Snakemake workflow on tiny configs, run from a temporary working directory
+(``-s <repo>/Snakefile --directory <tmp>``), checking what the outputs say."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
+needs_fmnist = pytest.mark.skipif(
+    not DEBIAN_FMNIST.is_dir(), reason="needs Debian's dataset-fashion-mnist package"
+)
+pytestmark = pytest.mark.e2e
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
+    """Run the workflow in ``workdir`` with this interpreter's environment first on PATH."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
+    cmd += ["--directory", str(workdir), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def write_config(workdir: Path, **config) -> Path:
+    path = workdir / "my config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run as {rule: count}."""
+    lines = dry_run_output.split("Job stats:")[1].splitlines()
+    counts = {}
+    for line in lines[3:]:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def is_png(path: Path) -> bool:
+    head = path.read_bytes()[:24]
+    width, height = struct.unpack(">II", head[16:24])
+    return head[:8] == b"\x89PNG\r\n\x1a\n" and width > 300 and height > 200
+
+
+TINY = {
+    "dataset": {"name": "fashion_mnist", "mirrors": [str(DEBIAN_FMNIST) + "/"]},
+    "models": ["small_cnn"],
+    "modes": ["train", "infer"],
+    "batch_sizes": [7, 50],
+    "num_workers": [0, 1],
+    "seeds": [0],
+    "measure": {"warmup_steps": 2},
+    "train": {"max_steps": 8, "lr": 0.02},
+    "infer": {"max_steps": 8},
+}
+
+
+def test_dry_run_lists_exactly_one_job_per_grid_point(tmp_path):
+    config = write_config(tmp_path, **{**TINY, "seeds": [0, 1], "batch_sizes": [7, 50, 64]})
+    done = snakemake(tmp_path, "-n", "--configfile", str(config))
+    assert done.returncode == 0, done.stderr
+    counts = job_counts(done.stdout + done.stderr)
+    assert counts == {
+        "all": 1,
+        "aggregate": 1,
+        "bench": 2 * 1 * 3 * 2 * 2,
+        "capture_environment": 1,
+        "download_dataset": 1,
+        "plots": 1,
+        "recommend": 1,
+        "total": 20,
+    }
+
+
+BAD = [
+    ("models", ["resnet1000"], "models[0]"),
+    ("batch_sizes", [0], "batch_sizes[0]"),
+    ("modes", ["evaluate"], "modes[0]"),
+    ("num_workers", [], "num_workers"),
+    ("seeds", "zero", "seeds"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "named"), BAD, ids=[b[0] for b in BAD])
+def test_malformed_config_stops_before_any_job_with_one_line(tmp_path, key, value, named):
+    config = write_config(tmp_path, **{**TINY, key: value})
+    done = snakemake(tmp_path, "--cores", "1", "--configfile", str(config))
+    assert done.returncode != 0
+    ours = [line for line in done.stderr.splitlines() if line.startswith("batchscope:")]
+    assert len(ours) == 1 and ours[0].startswith(f"batchscope: config key {named}:")
+    assert not (tmp_path / "results").exists() and not (tmp_path / "resources").exists()
+
+
+@pytest.fixture(scope="module")
+def fmnist_run(tmp_path_factory):
+    """The tiny sweep on real Fashion-MNIST, then the HTML report."""
+    if not DEBIAN_FMNIST.is_dir():
+        pytest.skip("needs Debian's dataset-fashion-mnist package")
+    workdir = tmp_path_factory.mktemp("sweep")
+    config = write_config(workdir, **TINY)
+    done = snakemake(workdir, "--cores", "2", "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = snakemake(workdir, "--cores", "1", "--configfile", str(config), "--report",
+                       "results/report.html")  # fmt: skip
+    assert report.returncode == 0, report.stderr[-3000:]
+    return workdir, config
+
+
+@needs_fmnist
+def test_summary_has_one_ok_row_per_grid_point_with_the_environment(fmnist_run):
+    workdir, _ = fmnist_run
+    summary = pd.read_csv(workdir / "results" / "summary.csv")
+    grid = {(m, b, w) for m in ("train", "infer") for b in (7, 50) for w in (0, 1)}
+    assert (
+        set(zip(summary["mode"], summary["batch_size"], summary["num_workers"], strict=True))
+        == grid
+    )
+    assert len(summary) == len(grid)
+    assert (summary["status"] == "ok").all()
+    assert (summary["samples_per_s"] > 0).all()
+    assert ((summary["data_wait_frac"] >= 0) & (summary["data_wait_frac"] <= 1)).all()
+    assert (summary["peak_mem_mb"] > 0).all()
+    env = json.loads((workdir / "results" / "env" / "environment.json").read_text())
+    assert (summary["env_fingerprint"] == env["fingerprint"]).all()
+    assert env["packages"]["torch"] and env["pip_freeze"]
+    train = summary[summary["mode"] == "train"]
+    assert train["val_accuracy"].between(0, 1).all() and train["final_loss"].notna().all()
+    assert summary.loc[summary["mode"] == "infer", "val_accuracy"].isna().all()
+
+
+@needs_fmnist
+def test_each_run_measures_exactly_its_batch_size_after_warmup(fmnist_run):
+    workdir, _ = fmnist_run
+    steps = pd.read_csv(workdir / "results/runs/train/small_cnn/bs7_nw1_seed0.steps.csv")
+    assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 6
+    assert list(steps["samples_seen"]) == [7 * i for i in range(1, 9)]
+    result = json.loads((workdir / "results/runs/train/small_cnn/bs7_nw1_seed0.json").read_text())
+    assert result["measured_samples"] == 42 and result["batch_size"] == 7
+    assert result["pythonhashseed"] == "0" and result["deterministic"] is True
+    curves = pd.read_csv(workdir / "results" / "curves.csv")
+    assert len(curves) == 8 * 8
+
+
+@needs_fmnist
+def test_plots_recommendation_and_report_are_written_from_the_numbers(fmnist_run):
+    workdir, _ = fmnist_run
+    results = workdir / "results"
+    for name in ("throughput", "peak_memory", "data_wait", "loss_curves", "val_accuracy"):
+        assert is_png(results / "plots" / f"{name}.png"), name
+    summary = pd.read_csv(results / "summary.csv")
+    text = (results / "recommendation.md").read_text()
+    for mode in ("train", "infer"):
+        rows = summary[summary["mode"] == mode]
+        best = rows.loc[rows["samples_per_s"].idxmax()]
+        assert f"{best['samples_per_s']:.1f}" in text, f"{mode}: best throughput not cited"
+    html = (results / "report.html").read_text()
+    assert "throughput.png" in html and "recommendation.html" in html
+
+
+@needs_fmnist
+def test_rerun_does_only_what_is_missing(fmnist_run):
+    workdir, config = fmnist_run
+    nothing = snakemake(workdir, "-n", "--configfile", str(config))
+    assert "Nothing to be done" in nothing.stdout + nothing.stderr
+    (workdir / "results/runs/infer/small_cnn/bs50_nw0_seed0.json").unlink()
+    again = snakemake(workdir, "-n", "--configfile", str(config))
+    counts = job_counts(again.stdout + again.stderr)
+    assert counts["bench"] == 1 and "download_dataset" not in counts
+    assert "capture_environment" not in counts
+
+
+def test_oom_is_a_result_and_the_sweep_completes(tmp_path):
+    config = write_config(
+        tmp_path,
+        dataset={"name": "synthetic", "channels": 3, "image_size": 64, "num_samples": 8192},
+        models=["small_cnn"],
+        modes=["infer"],
+        batch_sizes=[4, 4096],
+        num_workers=[0],
+        seeds=[0],
+        measure={"warmup_steps": 1},
+        infer={"max_steps": 3},
+        cpu_memory_budget_mb=64,  # a 4096 x 3 x 64 x 64 float batch alone is 192 MB
+    )
+    done = snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "results" / "summary.csv").set_index("batch_size")
+    assert summary.loc[4, "status"] == "ok"
+    assert summary.loc[4096, "status"] == "oom"
+    assert "allocate" in summary.loc[4096, "error"]
+    assert pd.isna(summary.loc[4096, "samples_per_s"])
+    assert "4096" in (tmp_path / "results" / "recommendation.md").read_text()
+    assert is_png(tmp_path / "results" / "plots" / "throughput.png")
+
+
+def test_corrupt_image_is_skipped_counted_and_logged(tmp_path):
+    from PIL import Image
+
+    images = tmp_path / "my images"
+    for label in ("cat", "dog"):
+        (images / label).mkdir(parents=True)
+        for i in range(6):
+            Image.new("RGB", (20, 20), (40 * i, 10, 200)).save(images / label / f"{i}.png")
+    (images / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    config = write_config(
+        tmp_path,
+        dataset={"name": "imagefolder", "path": str(images), "image_size": 16},
+        models=["small_cnn"],
+        modes=["infer"],
+        batch_sizes=[4],
+        num_workers=[0],
+        seeds=[0],
+        measure={"warmup_steps": 1},
+    )
+    done = snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = pd.read_csv(tmp_path / "results" / "summary.csv").iloc[0]
+    assert row["status"] == "ok" and row["images_skipped"] == 1
+    assert row["measured_samples"] == 4 * 2  # 12 readable images: 3 steps, 1 of them warm-up
+    assert "broken.png" in (tmp_path / "logs" / "download" / "imagefolder.log").read_text()
+
+
+def test_checksum_mismatch_fails_the_download_and_leaves_no_dataset(tmp_path):
+    import gzip
+
+    mirror = tmp_path / "bad mirror"
+    mirror.mkdir()
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):  # fmt: skip
+        (mirror / f"{name}.gz").write_bytes(gzip.compress(b"not the real data"))
+    dataset = {"name": "fashion_mnist", "mirrors": [str(mirror) + "/"]}
+    config = write_config(tmp_path, **{**TINY, "dataset": dataset})
+    done = snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
+    assert done.returncode != 0
+    log = (tmp_path / "logs" / "download" / "fashion_mnist.log").read_text()
+    assert "md5" in log
+    assert not (tmp_path / "resources" / "datasets" / "fashion_mnist").exists()
+    assert not list((tmp_path / "results").glob("runs/**/*.json"))
