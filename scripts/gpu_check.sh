@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# GPU check: run a small CUDA sweep end to end and print its summary and recommendation.
+# Usage (on a machine with an NVIDIA GPU):  bash scripts/gpu_check.sh [outdir]
+# Creates .venv if needed (as `make` does), runs in its own folder, leaves the repo untouched.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:-$repo/results-gpu-check}"
+cd "$repo"
+make --no-print-directory .venv/.installed
+export PATH="$repo/.venv/bin:$PATH" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+python -c "import torch; assert torch.cuda.is_available(), 'torch sees no CUDA GPU'; \
+print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+mkdir -p "$out"
+snakemake -s "$repo/Snakefile" --directory "$out" --configfile "$repo/config/gpu_check.yaml" \
+    --cores "$(nproc)"
+snakemake -s "$repo/Snakefile" --directory "$out" --configfile "$repo/config/gpu_check.yaml" \
+    --cores 1 --report "$out/results/report.html"
+python - "$out/results/summary.csv" <<'PY'
+import sys
+import pandas as pd
+cols = ["mode", "batch_size", "num_workers", "status", "samples_per_s", "step_time_ms_p50",
+        "peak_mem_mb", "cuda_max_reserved_mb", "data_wait_frac", "val_accuracy"]
+print(pd.read_csv(sys.argv[1])[cols].to_string(index=False))
+PY
+cat "$out/results/recommendation.md"
