@@ -61,6 +61,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from batchscope.data import DatasetError
+    from batchscope.measure import DeviceError
+    from batchscope.runner import NothingToMeasure
+
+    try:
+        return _bench(args)
+    except (DeviceError, DatasetError, NothingToMeasure) as exc:  # bad input: one line
+        print(f"batchscope bench: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _bench(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
 

@@ -26,6 +26,10 @@ from batchscope.models import logits_of
 from batchscope.seeding import loader_generator, seed_worker
 
 
+class NothingToMeasure(ValueError):
+    """The grid point leaves no step to time (a batch size too large for the data, say)."""
+
+
 @dataclass(frozen=True)
 class LoaderSettings:
     """DataLoader knobs; ``pin_memory``/``non_blocking`` only act on CUDA, the rest with workers."""
@@ -133,7 +137,7 @@ def measured_loop(
     if cfg.max_steps is not None:
         total = min(total, cfg.max_steps)
     if total <= cfg.warmup_steps:
-        raise ValueError(
+        raise NothingToMeasure(
             f"batch_size {cfg.batch_size} gives {total} steps, not more than the "
             f"{cfg.warmup_steps} warm-up steps: nothing would be measured"
         )
@@ -222,15 +226,15 @@ def measured_loop(
 
 
 @torch.inference_mode()
-def evaluate(model, loader: DataLoader, device: torch.device) -> float:
-    """Top-1 accuracy of ``model`` on every batch of ``loader``."""
+def evaluate(model, loader: DataLoader, device: torch.device) -> tuple[float, int]:
+    """Top-1 accuracy of ``model`` on every batch of ``loader``, and the samples it saw."""
     model.eval()
     correct = seen = 0
     for x, y in loader:
         logits = logits_of(model(x.to(device)))
         correct += int((logits.argmax(dim=1).cpu() == y).sum())
         seen += y.shape[0]
-    return correct / seen
+    return correct / seen, seen
 
 
 def run(
@@ -257,14 +261,14 @@ def run(
     result = measured_loop(loader, step_fn, cfg, device, log, lr_of=lr_of)
     result.update(measure.peak_memory(device, result.pop("workers_pss_mb")))
     result["lr"] = cfg.lr if train else None
-    result["val_accuracy"] = None
+    result["val_accuracy"] = result["val_samples"] = None
     if not train:
         result["final_loss"] = None
     elif result["status"] == "ok" and val_data is not None:
         val_cfg = replace(cfg, batch_size=cfg.val_batch_size)
         val_loader = make_loader(val_data, val_cfg, device, shuffle=False, drop_last=False)
         try:
-            result["val_accuracy"] = evaluate(model, val_loader, device)
+            result["val_accuracy"], result["val_samples"] = evaluate(model, val_loader, device)
         except Exception as exc:  # noqa: BLE001
             if not measure.is_oom(exc):
                 raise

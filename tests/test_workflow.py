@@ -247,3 +247,37 @@ def test_checksum_mismatch_fails_the_download_and_leaves_no_dataset(tmp_path):
     assert "md5" in log
     assert not (tmp_path / "resources" / "datasets" / "fashion_mnist").exists()
     assert not list((tmp_path / "results").glob("runs/**/*.json"))
+
+
+@needs_fmnist
+def test_compare_shows_the_environment_difference_beside_the_metric_difference(fmnist_run):
+    """The seed articles' story: accuracy drops at one batch size in an environment whose BLAS
+    differs. Folder b is folder a with its package metadata and one accuracy changed."""
+    import shutil
+
+    workdir, _ = fmnist_run
+    a, b = workdir / "results", workdir / "results-b"
+    shutil.copytree(a, b)
+    env = json.loads((b / "env" / "environment.json").read_text())
+    env["pip_freeze"] = [
+        "numpy==1.26.4" if line.startswith("numpy==") else line for line in env["pip_freeze"]
+    ]
+    env["blas"]["numpy"]["blas"] = "mkl"
+    (b / "env" / "environment.json").write_text(json.dumps(env))
+    summary = pd.read_csv(b / "summary.csv")
+    dropped = (summary["mode"] == "train") & (summary["batch_size"] == 50)
+    summary.loc[dropped, "val_accuracy"] -= 0.03
+    summary.to_csv(b / "summary.csv", index=False)
+
+    env_path = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "batchscope", "compare", str(a), str(b)],
+        capture_output=True, text=True, env=env_path, check=True,
+    )  # fmt: skip
+    report = done.stdout
+    env_section = report.split("## Metric differences beyond the noise")[0]
+    assert "pip.numpy" in env_section and "1.26.4" in env_section
+    assert "blas.numpy.blas" in env_section and "mkl" in env_section
+    beyond = report.split("## Metric differences beyond the noise")[1].split("## All metric")[0]
+    rows = [line for line in beyond.splitlines() if line.startswith("| train")]
+    assert len(rows) == 2 and all("| 50 |" in r and "val_accuracy" in r for r in rows)

@@ -1,0 +1,168 @@
+"""Compare two result folders: what differs in the environment, and which metrics moved by more
+than the measurement noise.
+
+    python -m batchscope compare results-a results-b     (folders holding summary.csv and env/)
+
+The seed articles' story is the use case: an accuracy drop at one batch size that was really an
+OpenBLAS-vs-MKL difference. Environment differences are listed first, so a metric difference is
+read with its likely cause beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from batchscope import results
+from batchscope.results import GRID_KEYS
+
+#: Keys of environment.json not worth comparing (they differ on every run).
+_VOLATILE = ("executable", "hostname", "conda_env_export", "torch_config", "torch_parallel_info")
+
+#: Per-run settings that, when they differ, explain a metric difference.
+SETTING_COLUMNS = ("device", "torch_threads", "omp_num_threads", "deterministic", "env_fingerprint")
+
+#: Metrics compared, with the noise model of each (see :func:`_noise`).
+METRICS = ("samples_per_s", "step_time_ms_p50", "peak_mem_mb", "final_loss", "val_accuracy")
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, sub in value.items():
+            out.update(_flatten(sub, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def _packages(env: Mapping[str, Any]) -> dict[str, str]:
+    """name -> version from ``pip freeze`` lines (``name==version``), lower-cased names."""
+    out = {}
+    for line in env.get("pip_freeze") or []:
+        name, sep, version = line.partition("==")
+        if sep:
+            out[name.lower()] = version
+    return out
+
+
+def environment_diff(env_a: Mapping[str, Any], env_b: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every environment key (packages from ``pip freeze`` included) whose value differs."""
+    flat_a = {k: v for k, v in _flatten(env_a).items() if not k.startswith(_VOLATILE)}
+    flat_b = {k: v for k, v in _flatten(env_b).items() if not k.startswith(_VOLATILE)}
+    flat_a.pop("pip_freeze", None)
+    flat_b.pop("pip_freeze", None)
+    for name, version in _packages(env_a).items():
+        flat_a[f"pip.{name}"] = version
+    for name, version in _packages(env_b).items():
+        flat_b[f"pip.{name}"] = version
+    rows = []
+    for key in sorted(set(flat_a) | set(flat_b)):
+        a, b = flat_a.get(key), flat_b.get(key)
+        if a != b:
+            rows.append({"key": key, "a": a, "b": b})
+    return rows
+
+
+def _noise(metric: str, row: pd.Series, side: str) -> float | None:
+    """One standard error (or its stand-in) of ``metric`` for one run, in the metric's unit."""
+    value = row.get(f"{metric}_{side}")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if metric in ("samples_per_s", "step_time_ms_p50"):
+        iqr, p50 = row.get(f"step_time_ms_iqr_{side}"), row.get(f"step_time_ms_p50_{side}")
+        if iqr is None or p50 is None or not p50 or pd.isna(iqr) or pd.isna(p50):
+            return None
+        # the IQR of a normal distribution is 1.35 sigma
+        return abs(value) * (iqr / p50) / 1.35
+    if metric == "val_accuracy":
+        n = row.get(f"val_samples_{side}")
+        if n is None or pd.isna(n) or n <= 0:
+            return None
+        return math.sqrt(max(value * (1 - value), 1e-12) / n)  # binomial standard error
+    return None  # peak memory and the loss: no noise model; any change is reported as it is
+
+
+def metric_diff(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
+    """Per grid point and metric: both values, the change, and whether it exceeds the noise.
+
+    ``beyond_noise`` is True when |b - a| exceeds twice the combined standard error of the two
+    runs, False when it does not, and empty when the metric has no noise model.
+    """
+    keep = [*GRID_KEYS, "status", *METRICS, "step_time_ms_iqr", "val_samples", *SETTING_COLUMNS]
+    a = summary_a[[c for c in keep if c in summary_a]]
+    b = summary_b[[c for c in keep if c in summary_b]]
+    merged = a.merge(b, on=list(GRID_KEYS), how="outer", suffixes=("_a", "_b"), indicator=True)
+    rows = []
+    for _, row in merged.iterrows():
+        grid = {key: row[key] for key in GRID_KEYS}
+        if row["_merge"] != "both":
+            only = "a" if row["_merge"] == "left_only" else "b"
+            rows.append({**grid, "metric": "(grid point)", "note": f"only in {only}"})
+            continue
+        settings = [
+            f"{c}: {row[f'{c}_a']} -> {row[f'{c}_b']}"
+            for c in SETTING_COLUMNS
+            if f"{c}_a" in row and str(row[f"{c}_a"]) != str(row[f"{c}_b"])
+        ]
+        if row["status_a"] != row["status_b"]:
+            rows.append({**grid, "metric": "status", "a": row["status_a"], "b": row["status_b"],
+                         "beyond_noise": True, "note": "; ".join(settings)})  # fmt: skip
+        for metric in METRICS:
+            va, vb = row.get(f"{metric}_a"), row.get(f"{metric}_b")
+            if va is None or vb is None or pd.isna(va) or pd.isna(vb) or va == vb:
+                continue
+            na, nb = _noise(metric, row, "a"), _noise(metric, row, "b")
+            beyond = None
+            if na is not None and nb is not None:
+                beyond = bool(abs(vb - va) > 2 * math.hypot(na, nb))
+            rows.append(
+                {
+                    **grid,
+                    "metric": metric,
+                    "a": va,
+                    "b": vb,
+                    "change_pct": 100 * (vb - va) / abs(va) if va else None,
+                    "beyond_noise": beyond,
+                    "note": "; ".join(settings),
+                }
+            )
+    columns = [*GRID_KEYS, "metric", "a", "b", "change_pct", "beyond_noise", "note"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "(none)\n"
+    frame = frame.astype(object).where(frame.notna(), "")
+    head = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def compare(folder_a: str | Path, folder_b: str | Path) -> str:
+    """The comparison of two result folders as Markdown."""
+    folder_a, folder_b = Path(folder_a), Path(folder_b)
+    env_a = results.read_json(folder_a / "env" / "environment.json")
+    env_b = results.read_json(folder_b / "env" / "environment.json")
+    env_rows = pd.DataFrame(environment_diff(env_a, env_b), columns=["key", "a", "b"])
+    metrics = metric_diff(
+        pd.read_csv(folder_a / "summary.csv"), pd.read_csv(folder_b / "summary.csv")
+    )
+    beyond = metrics[metrics["beyond_noise"] == True]  # noqa: E712 - the column holds None too
+    lines = [
+        f"# batchscope compare\n\n- a: `{folder_a}` (environment `{env_a.get('fingerprint')}`)",
+        f"- b: `{folder_b}` (environment `{env_b.get('fingerprint')}`)\n",
+        f"## Environment differences ({len(env_rows)})\n",
+        _markdown(env_rows),
+        f"## Metric differences beyond the noise ({len(beyond)})\n",
+        _markdown(beyond),
+        f"## All metric differences ({len(metrics)})\n",
+        "`beyond_noise` is empty where the metric has no noise model (memory, loss).\n",
+        _markdown(metrics),
+    ]
+    return "\n".join(lines)
