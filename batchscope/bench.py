@@ -38,6 +38,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3, help="measurement windows")
+    p.add_argument("--min-steps", type=int, default=0, help="measured steps per window, at least")
+    p.add_argument("--min-seconds", type=float, default=0.0, help="seconds per window, at least")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--compile-backend", default="inductor")
+    p.add_argument("--peak-tflops", type=float, default=None, help="device peak, for MFU")
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
@@ -51,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", required=True, help="result JSON")
     p.add_argument("--steps", required=True, help="per-step CSV")
     args = p.parse_args(argv)
-    for name in ("batch_size", "epochs", "prefetch_factor", "val_batch_size"):
+    for name in ("batch_size", "epochs", "prefetch_factor", "val_batch_size", "repeats"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.num_workers < 0 or args.warmup_steps < 0:
@@ -102,7 +110,13 @@ def _bench(args: argparse.Namespace) -> int:
         if split == "train"
         else None
     )
-    model = models.build_model(args.model, num_classes=work.num_classes, in_channels=channels)
+
+    def build():
+        return models.build_model(args.model, num_classes=work.num_classes, in_channels=channels)
+
+    model = build()
+    shape = tuple(work.dataset[0][0].shape)
+    flops = measure.flops_per_sample(build, shape, train=args.mode == "train")
 
     cfg = runner.RunConfig(
         mode=args.mode,
@@ -112,6 +126,13 @@ def _bench(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         max_steps=args.max_steps,
         warmup_steps=args.warmup_steps,
+        repeats=args.repeats,
+        min_steps=args.min_steps,
+        min_seconds=args.min_seconds,
+        precision=args.precision,
+        channels_last=args.channels_last,
+        compile=args.compile,
+        compile_backend=args.compile_backend,
         optimizer=args.optimizer,
         lr=args.lr,
         momentum=args.momentum,
@@ -138,6 +159,8 @@ def _bench(args: argparse.Namespace) -> int:
         val.dataset if val else None,
         cpu_memory_budget_mb=args.cpu_memory_budget_mb,
     )
+    peak = args.peak_tflops or measure.peak_tflops(env["device_name"], args.precision)
+    achieved = flops * outcome["samples_per_s"] / 1e12 if outcome["samples_per_s"] else None
     result = {
         "schema_version": results.SCHEMA_VERSION,
         "mode": args.mode,
@@ -149,6 +172,13 @@ def _bench(args: argparse.Namespace) -> int:
         "device": str(device),
         "device_name": env["device_name"],
         **outcome,
+        "flops_per_sample": flops,
+        "achieved_tflops": achieved,
+        "peak_tflops": peak if device.type == "cuda" else None,
+        "mfu": achieved / peak if achieved and peak and device.type == "cuda" else None,
+        "precision": args.precision,
+        "channels_last": args.channels_last,
+        "compile": args.compile,
         "image_size": work.image_size,
         "channels": channels,
         "images_skipped": work.skipped,

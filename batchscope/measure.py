@@ -185,3 +185,99 @@ def is_oom(exc: BaseException) -> bool:
         message = str(exc).lower()
         return any(marker in message for marker in _OOM_MARKERS)
     return False
+
+
+# --- compute: FLOPs, peak, utilisation ----------------------------------------------------
+
+#: Dense peak TFLOP/s by GPU name fragment: (bf16/fp16 tensor cores, fp32). Vendor datasheet
+#: figures for the SXM parts; set ``measure.peak_tflops`` for anything else.
+PEAK_TFLOPS = {
+    "H200": (989.0, 67.0),
+    "H100": (989.0, 67.0),
+    "A100": (312.0, 19.5),
+    "L40S": (362.0, 91.6),
+    "L4": (121.0, 30.3),
+    "A10": (125.0, 31.2),
+    "V100": (125.0, 15.7),
+    "T4": (65.0, 8.1),
+}
+
+
+def peak_tflops(device_name: str | None, precision: str) -> float | None:
+    """The device's dense peak for ``precision`` from :data:`PEAK_TFLOPS`, if it is listed."""
+    for fragment, (half, single) in PEAK_TFLOPS.items():
+        if device_name and fragment in device_name:
+            return single if precision == "fp32" else half
+    return None
+
+
+def flops_per_sample(build, input_shape: tuple[int, ...], *, train: bool) -> float:
+    """FLOPs one sample costs: forward (infer) or forward + backward (train).
+
+    Counted with ``torch.utils.flop_counter`` on the meta device: no memory, no kernels, and the
+    real model's state (batch-norm statistics, RNG) is untouched. ``build`` makes a fresh model.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = 2  # batch norm in training mode needs more than one sample per channel
+    with torch.device("meta"):
+        model = build()
+        x = torch.empty(batch, *input_shape)
+    model.train(train)
+    with FlopCounterMode(display=False) as counter:
+        if train:
+            from batchscope.models import logits_of
+
+            logits_of(model(x)).sum().backward()
+        else:
+            model(x)
+    return counter.get_total_flops() / batch
+
+
+class GpuUtilisation:
+    """Samples NVML's GPU utilisation in a background thread while measuring (CUDA only).
+
+    Sampling every ``interval_s`` costs one NVML query per interval; without ``pynvml``
+    (nvidia-ml-py) or off CUDA, :attr:`mean_pct` stays None.
+    """
+
+    def __init__(self, device: torch.device, interval_s: float = 0.2):
+        self.device = device
+        self.interval_s = interval_s
+        self.samples: list[float] = []
+        self._stop = None
+
+    @property
+    def mean_pct(self) -> float | None:
+        return float(np.mean(self.samples)) if self.samples else None
+
+    def __enter__(self):
+        if self.device.type != "cuda":
+            return self
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            index = self.device.index if self.device.index is not None else 0
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            if index < len(visible) and visible[index].strip().isdigit():
+                index = int(visible[index])  # NVML counts physical GPUs, CUDA visible ones
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:  # noqa: BLE001 - no NVML: utilisation is simply not reported
+            return self
+        import threading
+
+        self._stop = threading.Event()
+
+        def sample() -> None:
+            while not self._stop.wait(self.interval_s):
+                self.samples.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._thread.join()

@@ -1,9 +1,12 @@
 """The measured loop: one runner, a train step and an infer step.
 
-A run iterates a DataLoader for at most ``max_steps`` steps. Each step's time runs from the end
-of the previous step (the device synchronised) to the end of this one, so it includes waiting for
-the next batch: the user pays for the input pipeline. The wait itself is timed apart
-(``data_wait``). The first ``warmup_steps`` steps are recorded but never enter the statistics.
+A run iterates a DataLoader. Each step's time runs from the end of the previous step (the
+device synchronised) to the end of this one, so it includes waiting for the next batch: the user
+pays for the input pipeline. Within a step, the phases are timed apart: the runner's own
+bookkeeping, waiting for data, the host-to-device copy, forward, backward and the optimizer step
+(host clocks on the CPU, CUDA events on a GPU, so timing a phase never stalls the device). The
+first ``warmup_steps`` steps are recorded but never enter the statistics; the measured steps are
+split into ``repeats`` consecutive windows whose throughputs give the median and the spread.
 
 An allocator failure ends the run with ``status: oom``, a non-finite training loss with
 ``status: diverged``; anything else propagates and fails the job. The batch size is never changed.
@@ -11,12 +14,15 @@ An allocator failure ends the run with ``status: oom``, a non-finite training lo
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
@@ -24,6 +30,18 @@ from torch.utils.data import DataLoader, Dataset
 from batchscope import measure
 from batchscope.models import logits_of
 from batchscope.seeding import loader_generator, seed_worker
+
+#: Phases of a step the step functions time, after waiting for data.
+TRAIN_PHASES = ("h2d", "forward", "backward", "optimizer")
+INFER_PHASES = ("h2d", "forward")
+#: Every column of the per-step breakdown, in step order ("runner" is our own bookkeeping).
+BREAKDOWN = ("runner", "data_wait", *TRAIN_PHASES)
+
+#: A point whose throughput windows spread more than this (IQR / median) is flagged ``noisy``,
+#: the threshold torch.utils.benchmark uses.
+NOISY_IQR_FRAC = 0.10
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class NothingToMeasure(ValueError):
@@ -49,11 +67,18 @@ class RunConfig:
     epochs: int = 1
     max_steps: int | None = None
     warmup_steps: int = 5
+    repeats: int = 3
+    min_steps: int = 0  # measured steps per window, at least (infer extends its run to reach it)
+    min_seconds: float = 0.0  # measured seconds per window, at least (likewise)
     optimizer: str = "sgd"
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 0.0
     val_batch_size: int = 512
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 training adds a grad scaler)
+    channels_last: bool = False
+    compile: bool = False
+    compile_backend: str = "inductor"
     loader: LoaderSettings = field(default_factory=LoaderSettings)
 
 
@@ -65,6 +90,42 @@ class StepLog:
 
     def add(self, **row) -> None:
         self.rows.append(row)
+
+
+class PhaseClock:
+    """Marks phase boundaries inside a step: host clocks on the CPU, CUDA events on a GPU.
+
+    Events are read only after the step's closing synchronisation, so timing the phases adds no
+    stall. On the CPU every operation is synchronous and the host clock is exact.
+    """
+
+    def __init__(self, device: torch.device, phases: tuple[str, ...]):
+        self.phases = phases
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self._events = [torch.cuda.Event(enable_timing=True) for _ in range(len(phases) + 1)]
+        self._times = [0.0] * (len(phases) + 1)
+        self._next = 0
+
+    def start(self) -> None:
+        self._next = 0
+        self.mark()
+
+    def mark(self) -> None:
+        if self.cuda:
+            self._events[self._next].record()
+        else:
+            self._times[self._next] = time.perf_counter()
+        self._next += 1
+
+    def durations_s(self) -> dict[str, float]:
+        """Seconds per phase of the step just finished (call after synchronising)."""
+        if self.cuda:
+            ms = [a.elapsed_time(b) for a, b in itertools.pairwise(self._events)]
+            return {p: t / 1000.0 for p, t in zip(self.phases, ms, strict=True)}
+        return {
+            p: b - a for p, (a, b) in zip(self.phases, itertools.pairwise(self._times), strict=True)
+        }
 
 
 def make_loader(
@@ -95,21 +156,51 @@ def make_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimi
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
 
 
-def _train_step(model, optimizer) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _autocast(device: torch.device, precision: str):
+    dtype = PRECISIONS[precision]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _to_device(x, y, device, cfg: RunConfig):
+    non_blocking = cfg.loader.non_blocking and device.type == "cuda"
+    fmt = torch.channels_last if cfg.channels_last and x.dim() == 4 else torch.preserve_format
+    return (
+        x.to(device, non_blocking=non_blocking, memory_format=fmt),
+        y.to(device, non_blocking=non_blocking),
+    )
+
+
+def _train_step(model, optimizer, cfg: RunConfig, device: torch.device):
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+
+    def step(x: torch.Tensor, y: torch.Tensor, clock: PhaseClock) -> torch.Tensor:
+        clock.start()
+        x, y = _to_device(x, y, device, cfg)
+        clock.mark()
+        with _autocast(device, cfg.precision):
+            loss = F.cross_entropy(logits_of(model(x)), y)
+        clock.mark()
+        scaler.scale(loss).backward()
+        clock.mark()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(logits_of(model(x)), y)
-        loss.backward()
-        optimizer.step()
+        clock.mark()
         return loss.detach()
 
     return step
 
 
-def _infer_step(model) -> Callable[[torch.Tensor, torch.Tensor], None]:
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        with torch.inference_mode():
+def _infer_step(model, cfg: RunConfig, device: torch.device):
+    def step(x: torch.Tensor, y: torch.Tensor, clock: PhaseClock) -> None:
+        clock.start()
+        x, _ = _to_device(x, y, device, cfg)
+        clock.mark()
+        with torch.inference_mode(), _autocast(device, cfg.precision):
             model(x)
+        clock.mark()
 
     return step
 
@@ -121,9 +212,46 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=5.0, ascii=True)
 
 
+def planned_steps(cfg: RunConfig, steps_per_epoch: int) -> int:
+    """Steps the run is planned for: epochs (train) or one pass (infer), capped by max_steps."""
+    planned = steps_per_epoch * (cfg.epochs if cfg.mode == "train" else 1)
+    return planned if cfg.max_steps is None else min(planned, cfg.max_steps)
+
+
+def _batches(loader: DataLoader, stamps: dict) -> Iterator:
+    """Batches of ``loader`` epoch after epoch; notes when the first iterator is set up."""
+    for epoch in itertools.count():
+        started = time.perf_counter()
+        batches = iter(loader)  # starts the worker processes
+        if epoch == 0:
+            stamps["iter_started"] = started
+            stamps["workers_started"] = time.perf_counter()
+        yield from batches
+        del batches
+
+
+def window_stats(samples: list[int], seconds: list[float], repeats: int) -> dict:
+    """Split the measured steps into ``repeats`` consecutive windows; median and IQR of their
+    throughputs, and the ``noisy`` flag (None with one window: no spread to judge)."""
+    n = min(repeats, len(samples))
+    rates = [
+        float(np.sum(s) / np.sum(t))
+        for s, t in zip(np.array_split(samples, n), np.array_split(seconds, n), strict=True)
+    ]
+    p25, p50, p75 = np.percentile(rates, [25, 50, 75])
+    iqr = float(p75 - p25)
+    return {
+        "samples_per_s": float(p50),
+        "samples_per_s_iqr": iqr,
+        "samples_per_s_windows": rates,
+        "repeats": n,
+        "noisy": bool(iqr / p50 > NOISY_IQR_FRAC) if n >= 2 else None,
+    }
+
+
 def measured_loop(
     loader: DataLoader,
-    step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | None],
+    step_fn: Callable,
     cfg: RunConfig,
     device: torch.device,
     log: StepLog,
@@ -131,107 +259,131 @@ def measured_loop(
     lr_of: Callable[[], float] | None = None,
 ) -> dict:
     """Run ``step_fn`` over ``loader`` and return the timing summary and status."""
-    non_blocking = cfg.loader.non_blocking and device.type == "cuda"
-    per_epoch = len(loader)
-    total = per_epoch * cfg.epochs
-    if cfg.max_steps is not None:
-        total = min(total, cfg.max_steps)
-    if total <= cfg.warmup_steps:
+    planned = planned_steps(cfg, len(loader))
+    if planned <= cfg.warmup_steps:
         raise NothingToMeasure(
-            f"batch_size {cfg.batch_size} gives {total} steps, not more than the "
+            f"batch_size {cfg.batch_size} gives {planned} steps, not more than the "
             f"{cfg.warmup_steps} warm-up steps: nothing would be measured"
         )
+    phases = TRAIN_PHASES if cfg.mode == "train" else INFER_PHASES
+    clock = PhaseClock(device, phases)
+    want_steps = cfg.repeats * cfg.min_steps
+    want_s = cfg.repeats * cfg.min_seconds
+
+    def finished(step: int, measured_s: float) -> bool:
+        if step < planned:
+            return False
+        if cfg.mode == "train" or (cfg.max_steps is not None and step >= cfg.max_steps):
+            return True
+        return step - cfg.warmup_steps >= want_steps and measured_s >= want_s
+
     status, error, last_loss = "ok", None, None
-    step_times: list[float] = []
-    waits: list[float] = []
-    samples = 0
-    samples_seen = 0
-    first_batch_s = None
-    workers_mb = 0.0
-    step = 0
-    bar = _progress(total, f"{cfg.mode} bs={cfg.batch_size} nw={cfg.num_workers}")
-    t_start = measure.device_clock(device)
-    t_prev = t_start
+    step_s: list[float] = []
+    samples: list[int] = []
+    sums = dict.fromkeys(BREAKDOWN, 0.0)
+    stamps: dict[str, float] = {}
+    workers_mb = dry_run_mb = first_step_s = None
+    samples_seen = step = 0
+    bar = _progress(planned, f"{cfg.mode} bs={cfg.batch_size} nw={cfg.num_workers}")
+    t_prev = t_ready = measure.device_clock(device)  # end of the last step, end of bookkeeping
+    batches = _batches(loader, stamps)
     try:
-        for _epoch in range(cfg.epochs):
-            batches = iter(loader)
-            while step < total:
-                try:
-                    x, y = next(batches)
-                except StopIteration:
-                    break
-                t_data = time.perf_counter()
-                if first_batch_s is None:
-                    first_batch_s = t_data - t_start
-                x = x.to(device, non_blocking=non_blocking)
-                y = y.to(device, non_blocking=non_blocking)
-                loss = step_fn(x, y)
-                t_end = measure.device_clock(device)
-                step += 1
-                samples_seen += x.shape[0]
-                step_s, wait_s = t_end - t_prev, t_data - t_prev
-                t_prev = t_end
-                phase = "warmup" if step <= cfg.warmup_steps else "measured"
-                if phase == "measured":
-                    step_times.append(step_s)
-                    waits.append(wait_s)
-                    samples += x.shape[0]
-                loss_value = None if loss is None else float(loss.item())
-                log.add(
-                    step=step,
-                    phase=phase,
-                    samples_seen=samples_seen,
-                    elapsed_s=t_end - t_start,
-                    step_time_ms=step_s * 1000.0,
-                    data_wait_ms=wait_s * 1000.0,
-                    loss=loss_value,
-                    lr=lr_of() if lr_of else None,
-                )
-                bar.update()
-                if step == total and cfg.num_workers > 0:
-                    # the workers are still alive: their memory belongs to the peak
-                    workers_mb = measure.workers_pss_mb()
-                if loss_value is not None:
-                    last_loss = loss_value
-                    if not math.isfinite(loss_value):
-                        status = "diverged"
-                        break
-            del batches
-            if status != "ok" or step >= total:
+        for x, y in batches:
+            t_data = time.perf_counter()
+            stamps.setdefault("first_batch", t_data)
+            loss = step_fn(x, y, clock)
+            t_end = measure.device_clock(device)
+            # --- bookkeeping: on the clock (as "runner"), off the phases it reports ---
+            step += 1
+            samples_seen += x.shape[0]
+            measured = step > cfg.warmup_steps
+            parts = {"runner": t_ready - t_prev, "data_wait": t_data - t_ready}
+            parts.update(clock.durations_s())
+            if measured:
+                step_s.append(t_end - t_prev)
+                samples.append(x.shape[0])
+                for name, seconds in parts.items():
+                    sums[name] += seconds
+            loss_value = None if loss is None else float(loss.item())
+            log.add(
+                step=step,
+                phase="measured" if measured else "warmup",
+                samples_seen=samples_seen,
+                elapsed_s=t_end - stamps["iter_started"],
+                step_time_ms=(t_end - t_prev) * 1000.0,
+                data_wait_ms=parts["data_wait"] * 1000.0,
+                loss=loss_value,
+                lr=lr_of() if lr_of else None,
+            )
+            bar.update()
+            if step == 1:  # the memory dry run: the peak of one whole step
+                first_step_s = t_end - t_prev
+                dry_run_mb = measure.peak_memory(device)["peak_mem_mb"]
+            if loss_value is not None:
+                last_loss = loss_value
+                if not math.isfinite(loss_value):
+                    status = "diverged"
+            done = status != "ok" or finished(step, sum(step_s))
+            if done and cfg.num_workers > 0:
+                workers_mb = measure.workers_pss_mb()  # the workers are still alive
+            t_prev, t_ready = t_end, time.perf_counter()
+            if done:
                 break
     except Exception as exc:  # noqa: BLE001 - only allocator failures are results
         if not measure.is_oom(exc):
             raise
         status, error = "oom", str(exc).strip().splitlines()[0][:500]
     finally:
+        batches.close()  # shuts the workers down
         bar.close()
     if status == "oom":
         measure.release_cached_memory(device)
-    measured_s = sum(step_times)
-    return {
+    measured_s = float(sum(step_s))
+    ok = status == "ok" and measured_s > 0
+    result = {
         "status": status,
         "error": error,
         "steps_run": step,
         "warmup_steps": cfg.warmup_steps,
-        "measured_steps": len(step_times),
-        "measured_samples": samples,
+        "measured_steps": len(step_s),
+        "measured_samples": int(sum(samples)),
         "measured_s": measured_s,
-        "samples_per_s": samples / measured_s if status == "ok" and measured_s > 0 else None,
-        "data_wait_frac": sum(waits) / measured_s if measured_s > 0 else None,
-        "time_to_first_batch_s": first_batch_s,
+        "data_wait_frac": sums["data_wait"] / measured_s if measured_s > 0 else None,
+        "worker_startup_s": stamps["workers_started"] - stamps["iter_started"] if stamps else None,
+        "time_to_first_batch_s": (
+            stamps["first_batch"] - stamps["iter_started"] if "first_batch" in stamps else None
+        ),
+        "first_step_s": first_step_s,
+        "dry_run_peak_mem_mb": dry_run_mb,
         "final_loss": last_loss,
-        "workers_pss_mb": workers_mb,
-        **measure.step_stats(step_times if status == "ok" else []),
+        "workers_pss_mb": workers_mb or 0.0,
+        **{
+            f"time_{name}_ms": 1000.0 * sums[name] / len(step_s)
+            if ok and name in ("runner", "data_wait", *phases)
+            else None
+            for name in BREAKDOWN
+        },
+        **measure.step_stats(step_s if ok else []),
     }
+    if ok:
+        result.update(window_stats(samples, step_s, cfg.repeats))
+        accounted = sum(sums.values())
+        result["time_other_ms"] = 1000.0 * (measured_s - accounted) / len(step_s)
+    else:
+        result.update(samples_per_s=None, samples_per_s_iqr=None, repeats=0, noisy=None)
+        result.update(samples_per_s_windows=None, time_other_ms=None)
+    return result
 
 
 @torch.inference_mode()
-def evaluate(model, loader: DataLoader, device: torch.device) -> tuple[float, int]:
+def evaluate(model, loader: DataLoader, device: torch.device, cfg: RunConfig) -> tuple[float, int]:
     """Top-1 accuracy of ``model`` on every batch of ``loader``, and the samples it saw."""
     model.eval()
     correct = seen = 0
     for x, y in loader:
-        logits = logits_of(model(x.to(device)))
+        x, _ = _to_device(x, y, device, cfg)
+        with _autocast(device, cfg.precision):
+            logits = logits_of(model(x))
         correct += int((logits.argmax(dim=1).cpu() == y).sum())
         seen += y.shape[0]
     return correct / seen, seen
@@ -247,19 +399,31 @@ def run(
     cpu_memory_budget_mb: float | None = None,
 ) -> tuple[dict, list[dict]]:
     """Measure ``cfg.mode`` on ``data``; return (result fields, per-step rows)."""
+    if cfg.precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {cfg.precision!r}")
     model = model.to(device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     train = cfg.mode == "train"
     model.train(train)
+    runnable = torch.compile(model, backend=cfg.compile_backend) if cfg.compile else model
     loader = make_loader(data, cfg, device, shuffle=train, drop_last=True)
     optimizer = make_optimizer(model, cfg) if train else None
-    step_fn = _train_step(model, optimizer) if train else _infer_step(model)
+    step_fn = (
+        _train_step(runnable, optimizer, cfg, device)
+        if train
+        else _infer_step(runnable, cfg, device)
+    )
     lr_of = (lambda: optimizer.param_groups[0]["lr"]) if train else None
     log = StepLog()
     if cpu_memory_budget_mb is not None and device.type == "cpu":
         measure.limit_cpu_memory(cpu_memory_budget_mb)
     measure.reset_peak_memory(device)
-    result = measured_loop(loader, step_fn, cfg, device, log, lr_of=lr_of)
+    with measure.GpuUtilisation(device) as utilisation:
+        result = measured_loop(loader, step_fn, cfg, device, log, lr_of=lr_of)
+    result["gpu_util_pct_mean"] = utilisation.mean_pct
     result.update(measure.peak_memory(device, result.pop("workers_pss_mb")))
+    result["compile_s"] = result["first_step_s"] if cfg.compile else None
     result["lr"] = cfg.lr if train else None
     result["val_accuracy"] = result["val_samples"] = None
     if not train:
@@ -268,7 +432,9 @@ def run(
         val_cfg = replace(cfg, batch_size=cfg.val_batch_size)
         val_loader = make_loader(val_data, val_cfg, device, shuffle=False, drop_last=False)
         try:
-            result["val_accuracy"], result["val_samples"] = evaluate(model, val_loader, device)
+            # the uncompiled module (same parameters): validation is not timed, and a
+            # compiled model would recompile for eval mode
+            result["val_accuracy"], result["val_samples"] = evaluate(model, val_loader, device, cfg)
         except Exception as exc:  # noqa: BLE001
             if not measure.is_oom(exc):
                 raise

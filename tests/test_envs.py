@@ -13,7 +13,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 ENV_FILES = sorted((ROOT / "workflow" / "envs").glob("*.yaml")) + [ROOT / "environment.yml"]
 # import name -> distribution name, where they differ
-DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml"}
+DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml", "pynvml": "nvidia-ml-py"}
 
 
 def _pyproject_pins() -> dict[str, str]:

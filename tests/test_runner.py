@@ -37,7 +37,12 @@ def test_warmup_steps_are_logged_but_not_measured():
     assert result["measured_samples"] == 5 * 8
     measured = [s for s in steps if s["phase"] == "measured"]
     assert result["measured_s"] == pytest.approx(sum(s["step_time_ms"] for s in measured) / 1e3)
-    assert result["samples_per_s"] == pytest.approx(40 / result["measured_s"])
+    # three windows of the five measured steps (2, 2, 1): the median of their throughputs
+    times = [s["step_time_ms"] / 1e3 for s in measured]
+    rates = [16 / (times[0] + times[1]), 16 / (times[2] + times[3]), 8 / times[4]]
+    assert result["samples_per_s_windows"] == pytest.approx(rates)
+    assert result["samples_per_s"] == pytest.approx(sorted(rates)[1])
+    assert result["repeats"] == 3
     waits = sum(s["data_wait_ms"] for s in measured) / 1e3
     assert result["data_wait_frac"] == pytest.approx(waits / result["measured_s"])
     assert 0.0 <= result["data_wait_frac"] <= 1.0
@@ -89,3 +94,51 @@ def test_non_oom_errors_propagate():
     bad = TensorDataset(torch.randn(64, 3, 12, 12), torch.zeros(64, dtype=torch.long))
     with pytest.raises(RuntimeError, match="channels"):
         _run(data=bad, max_steps=4)  # a 1-channel model fed 3 channels is a bug, not a result
+
+
+def test_window_stats_flags_a_noisy_series_and_not_a_steady_one():
+    steady = runner.window_stats([10] * 30, [0.010] * 30, repeats=3)
+    assert steady["samples_per_s"] == pytest.approx(1000.0)
+    assert steady["noisy"] is False and steady["samples_per_s_iqr"] == pytest.approx(0.0)
+    # the last window runs at half speed: IQR/median = 0.25 > 0.10
+    noisy = runner.window_stats([10] * 30, [0.010] * 20 + [0.020] * 10, repeats=3)
+    assert noisy["samples_per_s"] == pytest.approx(1000.0)
+    assert noisy["samples_per_s_iqr"] == pytest.approx(250.0)
+    assert noisy["noisy"] is True
+    assert runner.window_stats([10] * 5, [0.01] * 5, repeats=1)["noisy"] is None
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_time_breakdown_accounts_for_the_step_time(mode):
+    result, _ = _run(mode=mode, max_steps=20)
+    phases = runner.BREAKDOWN if mode == "train" else ("runner", "data_wait", *runner.INFER_PHASES)
+    parts = [result[f"time_{p}_ms"] for p in phases]
+    assert all(p >= 0 for p in parts)
+    assert sum(parts) == pytest.approx(result["step_time_ms_mean"], rel=0.05)
+    assert abs(result["time_other_ms"]) <= 0.05 * result["step_time_ms_mean"]
+    if mode == "train":
+        assert result["time_backward_ms"] > 0 and result["time_optimizer_ms"] > 0
+    else:
+        assert result["time_backward_ms"] is None
+
+
+def test_infer_runs_past_one_pass_until_each_window_has_its_minimum_steps():
+    result, steps = _run(mode="infer", data=_data(n=40), repeats=3, min_steps=6)  # 5 per pass
+    assert result["measured_steps"] == 18
+    assert len(steps) == 2 + 18
+
+
+def test_memory_dry_run_and_worker_startup_are_reported():
+    result, _ = _run(max_steps=6)
+    assert 0 < result["dry_run_peak_mem_mb"] <= result["peak_mem_mb"]
+    assert result["worker_startup_s"] >= 0 and result["time_to_first_batch_s"] > 0
+
+
+def test_bf16_autocast_and_channels_last_run_and_are_finite():
+    result, steps = _run(max_steps=6, precision="bf16", channels_last=True)
+    assert result["status"] == "ok" and all(math.isfinite(s["loss"]) for s in steps)
+
+
+def test_compile_time_is_reported_apart_from_the_measured_steps():
+    result, _ = _run(max_steps=8, compile=True, compile_backend="eager")
+    assert result["status"] == "ok" and result["compile_s"] is not None

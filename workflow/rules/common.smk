@@ -108,6 +108,12 @@ def bench_options(wildcards):
         "--dataset-options", dataset_options(),
         "--device", config["device"],
         "--warmup-steps", config["measure"]["warmup_steps"],
+        "--repeats", config["measure"]["repeats"],
+        "--min-steps", config["measure"]["min_steps"],
+        "--min-seconds", config["measure"]["min_seconds"],
+        "--precision", config["compute"]["precision"],
+        "--channels-last" if config["compute"]["channels_last"] else "--no-channels-last",
+        "--compile" if config["compute"]["compile"] else "--no-compile",
         "--prefetch-factor", loader["prefetch_factor"],
         "--pin-memory" if loader["pin_memory"] else "--no-pin-memory",
         "--non-blocking" if loader["non_blocking"] else "--no-non-blocking",
@@ -127,6 +133,8 @@ def bench_options(wildcards):
             "--weight-decay", train["weight_decay"],
             "--val-batch-size", train["val_batch_size"],
         ]  # fmt: skip
+    if config["measure"]["peak_tflops"] is not None:
+        args += ["--peak-tflops", config["measure"]["peak_tflops"]]
     if config.get("cpu_memory_budget_mb") is not None:
         args += ["--cpu-memory-budget-mb", config["cpu_memory_budget_mb"]]
     return shlex.join(str(a) for a in args)
