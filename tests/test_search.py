@@ -1,0 +1,318 @@
+"""The largest-batch search: against fake runners with known limits, and once for real."""
+
+import json
+import math
+import random
+import subprocess
+import sys
+
+import pytest
+
+from batchscope import maxbatch, search
+from batchscope.search import TrialResult
+
+INTERCEPT, SLOPE = 600.0, 2.5  # MB, MB per sample: what a fake device's peak memory is
+
+
+def budget(limit):
+    """The issue's bound on the number of trials."""
+    return math.ceil(math.log2(limit)) + 4
+
+
+def within(found, limit, tolerance=0.05):
+    return found is not None and (1 - tolerance) * limit - 1e-9 <= found <= limit
+
+
+class Wall:
+    """A CPU-like fake: fits up to ``limit``; a failure reads the memory held when it failed.
+
+    Peak memory is ``INTERCEPT + SLOPE * b``; the allocator's wall sits half a sample above the
+    limit, and a failing trial reports a reading just under it (as the resident set of a
+    process whose allocation was refused does).
+    """
+
+    def __init__(self, limit, *, readings=True):
+        self.limit = limit
+        self.readings = readings
+        self.calls = []
+        self.wall = INTERCEPT + SLOPE * (limit + 0.5)
+
+    def __call__(self, b):
+        self.calls.append(b)
+        if b <= self.limit:
+            return TrialResult(True, INTERCEPT + SLOPE * b if self.readings else None, "ok")
+        return TrialResult(False, self.wall - SLOPE / 4 if self.readings else None, "oom")
+
+
+class Gpu:
+    """A GPU-like fake with a known capacity: the margin, not the allocator, sets the limit."""
+
+    def __init__(self, limit, margin=0.1):
+        self.capacity = (INTERCEPT + SLOPE * (limit + 0.3)) / (1 - margin)
+        self.calls = []
+
+    def __call__(self, b):
+        self.calls.append(b)
+        peak = INTERCEPT + SLOPE * b
+        if peak <= self.capacity:
+            return TrialResult(True, peak, "ok")
+        return TrialResult(False, None, "oom")
+
+
+LIMITS = [1, 2, 3, 5, 16, 19, 20, 37, 64, 100, 127, 1000, 1023, 1024, 1025, 4097, 50000, 65535]
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+def test_memory_readings_find_the_limit_within_the_trial_budget(limit):
+    fake = Wall(limit)
+    found = search.search(fake, cap=1 << 20)
+    assert within(found.limit, limit)
+    assert len(found.trials) <= budget(limit) if limit > 1 else len(found.trials) == 2
+    assert [t.batch_size for t in found.trials] == fake.calls
+    assert found.converged and not found.capped
+    assert found.first_failure == min(t.batch_size for t in found.trials if not t.fits)
+    assert found.grid[-1] == found.limit
+    assert any(t.batch_size == found.limit and t.fits for t in found.trials)  # tried, not guessed
+
+
+def test_every_limit_up_to_2100_keeps_the_budget():
+    for limit in range(2, 2101):
+        found = search.search(Wall(limit), cap=1 << 20)
+        assert within(found.limit, limit), limit
+        assert len(found.trials) <= budget(limit), limit
+
+
+def test_trial_counts_for_some_limits():
+    # doubling costs floor(log2 T) + 2 (the failure included); closing in one or two more
+    counts = {t: len(search.search(Wall(t), cap=1 << 20).trials) for t in (37, 100, 1000, 1024)}
+    assert counts == {37: 9, 100: 10, 1000: 12, 1024: 13}
+
+
+def test_small_limits_are_found_exactly():
+    # up to 18, 5% of the limit is less than one sample: the boundary must be exact
+    for limit in range(1, 19):
+        found = search.search(Wall(limit))
+        assert found.limit == limit
+        assert found.first_failure == limit + 1
+
+
+@pytest.mark.parametrize("limit", [1, 37, 1000, 4097])
+def test_capacity_and_margin(limit):
+    fake = Gpu(limit, margin=0.1)
+    found = search.search(fake, cap=1 << 20, capacity_mb=fake.capacity, margin=0.1)
+    assert within(found.limit, limit)
+    assert len(found.trials) <= max(budget(limit), 2)
+    usable = 0.9 * fake.capacity
+    assert found.usable_mb == pytest.approx(usable)
+    for t in found.trials:
+        # every trial below the capacity ran; only those under the margin fit
+        if t.ran:
+            assert t.fits == (t.peak_mem_mb <= usable)
+            assert t.status == ("ok" if t.fits else "over_margin")
+    assert "peak at most 90%" in found.summary
+
+
+def test_the_margin_rejects_a_run_that_went_over():
+    # a device that never fails: only the margin bounds the batch
+    def roomy(b):
+        return TrialResult(True, 100.0 + 10.0 * b, "ok")
+
+    found = search.search(roomy, capacity_mb=1000.0, margin=0.1)  # 100 + 10 b <= 900
+    assert within(found.limit, 80)
+    over = [t for t in found.trials if t.status == "over_margin"]
+    assert over and all(t.ran and not t.fits and t.peak_mem_mb > 900 for t in over)
+    assert found.first_failure == min(t.batch_size for t in over)
+    without = search.search(roomy, capacity_mb=1000.0, margin=0.0)  # 100 + 10 b <= 1000
+    assert within(without.limit, 90) and without.limit > 80
+
+
+def test_without_memory_readings_it_bisects():
+    counts = {}
+    for limit in (5, 37, 64, 100, 1000, 4097):
+        found = search.search(Wall(limit, readings=False), cap=1 << 20)
+        assert within(found.limit, limit)
+        assert {t.phase for t in found.trials} <= {"double", "bisect"}
+        counts[limit] = len(found.trials)
+        assert counts[limit] <= budget(limit) + 2  # bisection's price: up to two trials more
+    assert counts == {5: 6, 37: 11, 64: 12, 100: 12, 1000: 15, 4097: 18}
+
+
+def test_readings_that_do_not_rise_fall_back_to_bisection():
+    def falling(b):  # nonsense readings: memory shrinking as the batch grows
+        return TrialResult(b <= 300, 5000.0 - b, "ok" if b <= 300 else "oom")
+
+    found = search.search(falling)
+    assert within(found.limit, 300)
+    assert found.model is None
+    assert {t.phase for t in found.trials} <= {"double", "bisect"}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noisy_readings_still_give_a_size_that_fitted(seed):
+    rng = random.Random(seed)
+    limit = 700
+
+    def noisy(b):  # readings off by up to 3%; the outcome itself is right
+        reading = (INTERCEPT + SLOPE * b) * (1 + rng.uniform(-0.03, 0.03))
+        return TrialResult(b <= limit, reading, "ok" if b <= limit else "oom")
+
+    found = search.search(noisy, cap=1 << 20)
+    assert within(found.limit, limit)
+    assert len(found.trials) <= budget(limit) + 4
+
+
+def test_non_monotonic_device_never_reports_above_a_failure():
+    # fits up to 100, except that 90 fails (a noisy allocator); 95 would fit again
+    calls = []
+
+    def flaky(b):
+        calls.append(b)
+        fits = b <= 100 and b != 90
+        return TrialResult(fits, INTERCEPT + SLOPE * b if fits else None, "ok" if fits else "oom")
+
+    found = search.search(flaky)
+    failures = [t.batch_size for t in found.trials if not t.fits]
+    assert found.limit is not None and found.limit < min(failures)
+    assert any(t.batch_size == found.limit and t.fits for t in found.trials)
+    # nothing was tried above the smallest failure seen at the time, nor twice
+    assert len(calls) == len(set(calls))
+    smallest = math.inf
+    for b in calls:
+        assert b < smallest or b == 128  # 128: doubling's first failure
+        if b in failures:
+            smallest = min(smallest, b)
+
+
+def test_batch_one_does_not_fit():
+    found = search.search(lambda b: TrialResult(False, None, "oom"))
+    assert found.limit is None
+    assert found.grid == ()
+    assert [t.batch_size for t in found.trials] == [1]
+    assert found.summary.startswith("no batch size fits: batch 1 failed (oom)")
+
+
+def test_a_start_that_fails_halves_down():
+    fake = Wall(37)
+    found = search.search(fake, start=256)
+    assert fake.calls[:4] == [256, 128, 64, 32]
+    assert [t.phase for t in found.trials[:4]] == ["double", "halve", "halve", "halve"]
+    assert within(found.limit, 37)
+
+
+def test_the_cap_stops_the_search():
+    fake = Wall(10**9)
+    found = search.search(fake, cap=1000)
+    assert found.limit == 1000 and found.capped
+    assert fake.calls == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]
+    assert "is the cap" in found.summary
+    assert found.grid == (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
+    capped = search.search(Wall(10**9), cap=65536)
+    assert capped.limit == 65536 and len(capped.trials) == 17
+
+
+def test_a_cap_that_fails_is_closed_in_on():
+    found = search.search(Wall(700), cap=1000)
+    assert not found.capped and within(found.limit, 700)
+
+
+def test_out_of_trials_keeps_what_it_has():
+    found = search.search(Wall(1000), max_trials=5)
+    assert found.limit == 16 and len(found.trials) == 5
+    assert not found.converged
+    assert found.summary.endswith("(stopped: out of trials)")
+    closing = search.search(Wall(1000, readings=False), max_trials=13)
+    assert closing.limit is not None and closing.first_failure is not None
+    assert "out of trials" in closing.summary
+
+
+def test_grid():
+    assert search.grid(1000) == (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
+    assert search.grid(64) == (1, 2, 4, 8, 16, 32, 64)
+    assert search.grid(1) == (1,)
+    assert search.grid(100, smallest=16) == (16, 32, 64, 100)
+    assert search.grid(None) == ()
+
+
+def test_result_is_plain_json():
+    found = search.search(Wall(100))
+    out = json.loads(json.dumps(found.to_dict()))
+    assert out["limit"] == found.limit and out["trial_count"] == len(found.trials)
+    assert [p["batch_size"] for p in out["curve"]] == sorted(p["batch_size"] for p in out["curve"])
+    assert out["memory_model"]["slope_mb"] == pytest.approx(SLOPE)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"start": 0}, {"start": 8, "cap": 4}, {"margin": 1.0}, {"tolerance": 0.0}]
+)
+def test_impossible_settings(kwargs):
+    with pytest.raises(search.SearchError):
+        search.search(Wall(10), **kwargs)
+
+
+# --- maxbatch: the command each trial runs ---------------------------------------------------
+
+
+def _maxbatch_args(*extra):
+    options = {"synthetic": {"channels": 1, "image_size": 8, "num_classes": 2, "num_samples": 10}}
+    return maxbatch.parse_args(
+        ["--mode", "train", "--model", "small_cnn", "--dataset", "synthetic"]
+        + ["--dataset-options", json.dumps(options), "--output", "x.json", *extra]
+    )
+
+
+def test_a_trial_command_covers_its_steps_and_passes_other_options_on(tmp_path):
+    args, forwarded = _maxbatch_args("--precision", "bf16", "--channels-last")
+    assert forwarded == ["--precision", "bf16", "--channels-last"]
+    runner = maxbatch.TrialRunner(args, forwarded, 135.0, tmp_path)
+    cmd = runner.command(64, tmp_path / "bs64")
+    value = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i].startswith("--")}
+    assert json.loads(value["--dataset-options"])["synthetic"]["num_samples"] == 64 * 3
+    assert value["--batch-size"] == "64" and value["--val-batch-size"] == "64"
+    assert value["--warmup-steps"] == "1" and value["--max-steps"] == "3"
+    assert value["--cpu-memory-budget-mb"] == "135.000"
+    assert cmd[-3:] == forwarded
+
+
+def test_maxbatch_refuses_to_pass_on_what_it_sets_per_trial(capsys):
+    with pytest.raises(SystemExit):
+        _maxbatch_args("--batch-size", "8")
+    assert "--batch-size: set per trial" in capsys.readouterr().err
+
+
+# --- for real: every trial a bench process, the CPU allocator under a budget ----------------
+
+
+def test_maxbatch_finds_a_real_allocator_limit_on_the_cpu(tmp_path):
+    options = {
+        "synthetic": {"channels": 1, "image_size": 32, "num_classes": 10, "num_samples": 64},
+        "image_size": None,
+    }
+    out = tmp_path / "search.json"
+    trials = tmp_path / "trials"
+    cmd = [sys.executable, "-m", "batchscope.maxbatch", "--mode", "train", "--model"]
+    cmd += ["small_cnn", "--dataset", "synthetic", "--dataset-options", json.dumps(options)]
+    cmd += ["--device", "cpu", "--threads", "1", "--cpu-memory-budget-mb", "150"]
+    # start at 32 and settle within 10%: each trial is a process that imports torch (~6 s), and
+    # resident-set readings on the CPU wobble by ~10 MB, which costs predictions their edge
+    cmd += ["--margin", "0.1", "--start", "32", "--tolerance", "0.1"]
+    cmd += ["--trials-dir", str(trials), "--output", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    limit = result["limit"]
+    assert limit is not None and 32 <= limit < 1024
+    assert result["trial_cpu_memory_budget_mb"] == pytest.approx(135.0)
+    by_size = {t["batch_size"]: t for t in result["trials"]}
+    assert by_size[limit]["fits"] and by_size[limit]["bench_status"] == "ok"
+    larger = min(b for b in by_size if b > limit)
+    assert larger == result["first_failure"]
+    assert by_size[larger]["bench_status"] == "oom"  # the real allocator refused
+    assert "DefaultCPUAllocator" in by_size[larger]["error"]
+    assert result["grid"][-1] == limit
+    assert result["grid"] == [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b < limit] + [
+        limit
+    ]
+    # one bench process, with its own result file, per trial
+    assert len(list(trials.glob("bs*.json"))) == len(result["trials"]) == result["trial_count"]
+    assert all(t["returncode"] == 0 and t["process_s"] > 0 for t in result["trials"])
+    assert result["device"] == "cpu" and result["summary"].startswith("largest batch")
