@@ -51,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--val-batch-size", type=int, default=512, help="validation pass, not timed")
+    p.add_argument(
+        "--validate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="training: accuracy on the held-out split afterwards",
+    )
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--non-blocking", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--prefetch-factor", type=int, default=2)
@@ -107,7 +113,7 @@ def _bench(args: argparse.Namespace) -> int:
     work = data.open_split(args.dataset, args.data_root, split, **split_kwargs)
     val = (
         data.open_split(args.dataset, args.data_root, "test", **split_kwargs)
-        if split == "train"
+        if split == "train" and args.validate
         else None
     )
 
@@ -187,6 +193,8 @@ def _bench(args: argparse.Namespace) -> int:
         "optimizer": args.optimizer if args.mode == "train" else None,
         "torch_threads": torch.get_num_threads(),
         "omp_num_threads": env["env"]["OMP_NUM_THREADS"],
+        "cuda_visible_devices": env["env"]["CUDA_VISIBLE_DEVICES"],
+        "slurm_job_id": env["env"]["SLURM_JOB_ID"],
         "pin_memory": cfg.loader.pin_memory,
         "non_blocking": cfg.loader.non_blocking,
         "prefetch_factor": cfg.loader.prefetch_factor,

@@ -28,6 +28,7 @@ ENV_VARS = (
     "CUBLAS_WORKSPACE_CONFIG",
     "CUDA_VISIBLE_DEVICES",
     "CUDA_LAUNCH_BLOCKING",
+    "SLURM_JOB_ID",
 )
 
 #: Set per job, not per environment: each job's seed, Snakemake's thread count for the job
@@ -39,6 +40,7 @@ PER_JOB_ENV_VARS = (
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "CUDA_VISIBLE_DEVICES",
+    "SLURM_JOB_ID",
 )
 
 #: Keys hashed into the fingerprint: software and hardware, not per-job settings or time.
