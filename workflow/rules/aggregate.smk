@@ -3,8 +3,8 @@
 
 rule aggregate:
     input:
-        results=grid_results(),
-        steps=grid_steps(),
+        results=grid_results,
+        steps=grid_steps,
         env="results/env/environment.json",
     output:
         summary=report(

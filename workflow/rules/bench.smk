@@ -25,3 +25,28 @@ rule bench:
         " --batch-size {wildcards.batch_size} --num-workers {wildcards.num_workers}"
         " --seed {wildcards.seed} --threads {threads} {params.options}"
         " --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
+
+
+# `batch_sizes: auto`: the largest batch that fits, per mode and model, found by trials that each
+# run in a fresh process; its grid (powers of two up to the limit, plus the limit) is the sweep's.
+checkpoint max_batch:
+    input:
+        data=ancient(dataset_dir()),
+    output:
+        search=MAXBATCH,
+        trials=directory("results/maxbatch/{mode}/{model}.trials"),
+    log:
+        "logs/maxbatch/{mode}/{model}.log",
+    benchmark:
+        "benchmarks/maxbatch/{mode}/{model}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: workflow.cores
+    resources:
+        bench_slot=1,
+    params:
+        options=maxbatch_options,
+    shell:
+        "python -m batchscope.maxbatch --mode {wildcards.mode} --model {wildcards.model}"
+        " --seed 0 --threads {threads} {params.options} --trials-dir {output.trials:q}"
+        " --output {output.search:q} > {log:q} 2>&1"

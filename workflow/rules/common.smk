@@ -42,24 +42,49 @@ RUN = "results/runs/{mode}/{model}/bs{batch_size}_nw{num_workers}_seed{seed}"
 PLOTS = ["throughput", "peak_memory", "data_wait", "loss_curves", "val_accuracy"]
 
 
+AUTO = config["batch_sizes"] == "auto"
+MAXBATCH = "results/maxbatch/{mode}/{model}.json"
+
+
+def batch_sizes(mode, model):
+    """The configured batch sizes, or, with `batch_sizes: auto`, the grid the largest-batch
+    search chose for this mode and model (powers of two up to the limit, plus the limit).
+    """
+    if not AUTO:
+        return config["batch_sizes"]
+    with open(checkpoints.max_batch.get(mode=mode, model=model).output[0]) as handle:
+        return json.load(handle)["grid"]
+
+
 def grid_stems():
     """One path stem per grid point: mode x model x batch size x workers x seed."""
-    return expand(
-        RUN,
-        mode=config["modes"],
-        model=config["models"],
-        batch_size=config["batch_sizes"],
-        num_workers=config["num_workers"],
-        seed=config["seeds"],
-    )
+    return [
+        stem
+        for mode in config["modes"]
+        for model in config["models"]
+        for stem in expand(
+            RUN,
+            mode=mode,
+            model=model,
+            batch_size=batch_sizes(mode, model),
+            num_workers=config["num_workers"],
+            seed=config["seeds"],
+        )
+    ]
 
 
-def grid_results():
+def grid_results(wildcards=None):
     return [f"{stem}.json" for stem in grid_stems()]
 
 
-def grid_steps():
+def grid_steps(wildcards=None):
     return [f"{stem}.steps.csv" for stem in grid_stems()]
+
+
+def maxbatch_results(wildcards=None):
+    if not AUTO:
+        return []
+    return expand(MAXBATCH, mode=config["modes"], model=config["models"])
 
 
 def plot_files():
@@ -99,18 +124,13 @@ def dataset_options():
     return json.dumps(options, sort_keys=True)
 
 
-def bench_options(wildcards):
-    """Everything a benchmark job takes from the config, as command-line options."""
+def workload_options(mode):
+    """What a job needs to build the same workload as the sweep: data, model settings, loader."""
     train, loader = config["train"], config["loader"]
-    mode_cfg = config[wildcards.mode]
     args = [
         "--dataset", DATASET,
         "--dataset-options", dataset_options(),
         "--device", config["device"],
-        "--warmup-steps", config["measure"]["warmup_steps"],
-        "--repeats", config["measure"]["repeats"],
-        "--min-steps", config["measure"]["min_steps"],
-        "--min-seconds", config["measure"]["min_seconds"],
         "--precision", config["compute"]["precision"],
         "--channels-last" if config["compute"]["channels_last"] else "--no-channels-last",
         "--compile" if config["compute"]["compile"] else "--no-compile",
@@ -122,19 +142,71 @@ def bench_options(wildcards):
     ]  # fmt: skip
     if DATASET != "synthetic":
         args += ["--data-root", f"resources/datasets/{DATASET}"]
-    if mode_cfg.get("max_steps") is not None:
-        args += ["--max-steps", mode_cfg["max_steps"]]
-    if wildcards.mode == "train":
+    if mode == "train":
         args += [
-            "--epochs", train["epochs"],
             "--optimizer", train["optimizer"],
             "--lr", train["lr"],
             "--momentum", train["momentum"],
             "--weight-decay", train["weight_decay"],
-            "--val-batch-size", train["val_batch_size"],
         ]  # fmt: skip
-    if config["measure"]["peak_tflops"] is not None:
-        args += ["--peak-tflops", config["measure"]["peak_tflops"]]
+    return args
+
+
+def bench_options(wildcards):
+    """Everything a benchmark job takes from the config, as command-line options."""
+    measure = config["measure"]
+    args = workload_options(wildcards.mode) + [
+        "--warmup-steps", measure["warmup_steps"],
+        "--repeats", measure["repeats"],
+        "--min-steps", measure["min_steps"],
+        "--min-seconds", measure["min_seconds"],
+    ]  # fmt: skip
+    if config[wildcards.mode].get("max_steps") is not None:
+        args += ["--max-steps", config[wildcards.mode]["max_steps"]]
+    if wildcards.mode == "train":
+        args += ["--epochs", config["train"]["epochs"]]
+        args += ["--val-batch-size", config["train"]["val_batch_size"]]
+    if measure["peak_tflops"] is not None:
+        args += ["--peak-tflops", measure["peak_tflops"]]
+    if config.get("cpu_memory_budget_mb") is not None:
+        args += ["--cpu-memory-budget-mb", config["cpu_memory_budget_mb"]]
+    return shlex.join(str(a) for a in args)
+
+
+# Samples in the split each mode reads, where known before any job runs.
+SPLIT_SAMPLES = {
+    "fashion_mnist": {"train": 60000, "infer": 10000},
+    "cifar10": {"train": 50000, "infer": 10000},
+}
+
+
+def maxbatch_cap(mode):
+    """The search's cap: the configured one, and no batch so large that the sweep's own run of
+    that size would have no step left to measure after its warm-up."""
+    cap = config["maxbatch"]["cap"]
+    if DATASET == "synthetic":
+        samples = config["dataset"]["num_samples"]
+    else:
+        samples = SPLIT_SAMPLES.get(DATASET, {}).get(mode)
+    if samples is not None:
+        cap = min(cap, samples // (config["measure"]["warmup_steps"] + 1))
+    return max(cap, 1)
+
+
+def maxbatch_options(wildcards):
+    """The largest-batch search: each trial is the sweep's workload, one small run apiece."""
+    search = config["maxbatch"]
+    args = workload_options(wildcards.mode) + [
+        "--margin", search["margin"],
+        "--cap", maxbatch_cap(wildcards.mode),
+        "--start", search["start"],
+        "--tolerance", search["tolerance"],
+        "--num-workers", max(config["num_workers"]),
+    ]  # fmt: skip
+    if wildcards.mode == "train":  # the sweep validates after training: so must a trial
+        args += ["--val-batch-size", config["train"]["val_batch_size"]]
+    if search["capacity_mb"] is not None:
+        args += ["--capacity-mb", search["capacity_mb"]]
     if config.get("cpu_memory_budget_mb") is not None:
         args += ["--cpu-memory-budget-mb", config["cpu_memory_budget_mb"]]
     return shlex.join(str(a) for a in args)
