@@ -14,7 +14,7 @@ rule bench:
         f"benchmarks/bench/{RUN.removeprefix('results/runs/')}.tsv"
     conda:
         "../envs/torch.yaml"
-    threads: workflow.cores
+    threads: all_cores
     resources:
         bench_slot=1,
     params:
@@ -41,7 +41,7 @@ checkpoint max_batch:
         "benchmarks/maxbatch/{mode}/{model}.tsv"
     conda:
         "../envs/torch.yaml"
-    threads: workflow.cores
+    threads: all_cores
     resources:
         bench_slot=1,
     params:

@@ -91,6 +91,12 @@ def plot_files():
     return [f"results/plots/{name}.png" for name in PLOTS]
 
 
+def all_cores(wildcards):
+    """Benchmarks run alone, so they get every core Snakemake was given (as torch threads).
+    A function, so that commands that run no job (--unlock, --report) need no --cores."""
+    return workflow.cores
+
+
 def plot_dir(wildcards, output):
     return os.path.dirname(output[0])
 

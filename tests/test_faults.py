@@ -1,0 +1,114 @@
+"""Faults: a sweep killed with SIGKILL mid-run loses nothing it finished, and a rerun redoes only
+what is missing; a full disk never leaves a truncated result behind."""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from batchscope import results
+from tests.test_workflow import REPO, job_counts, write_config
+
+pytestmark = pytest.mark.e2e
+
+
+def _env():
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _snakemake_cmd(workdir, config, *args):
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
+            "--directory", str(workdir), "--configfile", str(config), *args]  # fmt: skip
+
+
+def test_sigkill_mid_run_then_rerun_redoes_only_the_killed_and_missing_jobs(tmp_path):
+    config = write_config(
+        tmp_path,
+        dataset={"name": "synthetic", "channels": 1, "image_size": 16, "num_samples": 60000},
+        models=["small_cnn"],
+        modes=["infer"],
+        batch_sizes=[8, 16, 32],
+        num_workers=[0],
+        seeds=[0],
+        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0},
+        infer={"max_steps": 1500},  # several seconds per job: long enough to be caught mid-run
+    )
+    runs = tmp_path / "results" / "runs" / "infer" / "small_cnn"
+    logs = tmp_path / "logs" / "bench" / "infer" / "small_cnn"
+    sweep = subprocess.Popen(
+        _snakemake_cmd(tmp_path, config, "--cores", "2"),
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    killed_in = None
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline and sweep.poll() is None:
+            done = {p.name.removesuffix(".json") for p in runs.glob("*.json")}
+            running = [
+                log for log in logs.glob("*.log")
+                if log.stem not in done and "batchscope bench: infer" in log.read_text()
+            ]  # fmt: skip
+            if done and running:
+                time.sleep(1.5)  # inside its measured loop
+                killed_in = running[0].stem
+                os.killpg(sweep.pid, signal.SIGKILL)  # Snakemake and its job, like a lost node
+                break
+            time.sleep(0.2)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.wait()
+    assert killed_in is not None, "no job was caught mid-run"
+
+    finished = {p: p.stat().st_mtime_ns for p in runs.glob("*.json")}
+    assert runs / f"{killed_in}.json" not in finished  # nothing that looks complete
+    assert not (runs / f"{killed_in}.steps.csv").exists()
+    for path in finished:  # what finished is whole
+        assert json.loads(path.read_text())["status"] == "ok"
+
+    subprocess.run(_snakemake_cmd(tmp_path, config, "--unlock"), env=_env(), check=True,
+                   capture_output=True)  # fmt: skip
+    plan = subprocess.run(_snakemake_cmd(tmp_path, config, "-n"), env=_env(), capture_output=True,
+                          text=True)  # fmt: skip
+    assert job_counts(plan.stdout + plan.stderr)["bench"] == 3 - len(finished)
+    rerun = subprocess.run(_snakemake_cmd(tmp_path, config, "--cores", "2"), env=_env(),
+                           capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished  # not recomputed
+    summary = pd.read_csv(tmp_path / "results" / "summary.csv")
+    assert sorted(summary["batch_size"]) == [8, 16, 32]
+    assert (summary["status"] == "ok").all()
+
+
+def _write_under_file_size_limit(path: Path, limit_bytes: int) -> subprocess.CompletedProcess:
+    """Write a large result in a child process whose files may not exceed ``limit_bytes``
+    (RLIMIT_FSIZE: the kernel refuses the write, as a full disk would)."""
+    code = (
+        "import resource, signal, sys\n"
+        "from batchscope import results\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit_bytes}, resource.RLIM_INFINITY))\n"
+        f"results.write_json({str(path)!r}, {{'values': list(range(100000))}})\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO)  # fmt: skip
+
+
+@pytest.mark.skipif(not hasattr(resource, "RLIMIT_FSIZE"), reason="needs RLIMIT_FSIZE")
+def test_a_write_that_runs_out_of_space_leaves_no_result_and_keeps_the_old_one(tmp_path):
+    target = tmp_path / "result.json"
+    failed = _write_under_file_size_limit(target, 4096)
+    assert failed.returncode != 0 and "File too large" in failed.stderr
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind either
+
+    results.write_json(target, {"status": "ok"})
+    _write_under_file_size_limit(target, 4096)
+    assert json.loads(target.read_text()) == {"status": "ok"}  # the finished one is intact
