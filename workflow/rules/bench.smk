@@ -27,6 +27,28 @@ rule bench:
         " --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
 
 
+# The compute-only ceiling of each mode x model x batch size: synthetic tensors, no workers.
+rule ceiling:
+    output:
+        result=f"{CEILING}.json",
+        steps=f"{CEILING}.steps.csv",
+    log:
+        f"logs/ceiling/{CEILING.removeprefix('results/ceiling/')}.log",
+    benchmark:
+        f"benchmarks/ceiling/{CEILING.removeprefix('results/ceiling/')}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: all_cores
+    resources:
+        bench_slot=1,
+    params:
+        options=ceiling_options,
+    shell:
+        "python -m batchscope.bench --mode {wildcards.mode} --model {wildcards.model}"
+        " --batch-size {wildcards.batch_size} --threads {threads} {params.options}"
+        " --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
+
+
 # `batch_sizes: auto`: the largest batch that fits, per mode and model, found by trials that each
 # run in a fresh process; its grid (powers of two up to the limit, plus the limit) is the sweep's.
 checkpoint max_batch:

@@ -73,6 +73,68 @@ def grid_stems():
     ]
 
 
+CEILING = "results/ceiling/{mode}/{model}/bs{batch_size}"
+# Shape of each dataset's images and its classes: the synthetic twin a ceiling run computes on.
+DATASET_SHAPES = {
+    "fashion_mnist": {"channels": 1, "image_size": 28, "num_classes": 10},
+    "cifar10": {"channels": 3, "image_size": 32, "num_classes": 10},
+    "imagefolder": {"channels": 3, "image_size": 64, "num_classes": 10},
+}
+
+
+def ceiling_wanted():
+    return config["measure"]["ceiling"] and DATASET != "synthetic"
+
+
+def ceiling_results(wildcards=None):
+    """One compute-only run per mode x model x batch size: the same model on synthetic tensors
+    of the same shape, no workers, the first seed. Its throughput is the ceiling the input
+    pipeline keeps the real-data runs below."""
+    if not ceiling_wanted():
+        return []
+    return [
+        f"{stem}.json"
+        for mode in config["modes"]
+        for model in config["models"]
+        for stem in expand(
+            CEILING, mode=mode, model=model, batch_size=batch_sizes(mode, model)
+        )
+    ]
+
+
+def ceiling_options(wildcards):
+    shape = dict(DATASET_SHAPES[DATASET])
+    if config["dataset"].get("image_size"):
+        shape["image_size"] = config["dataset"]["image_size"]
+    samples = SPLIT_SAMPLES.get(DATASET, {}).get(wildcards.mode, 10000)
+    synthetic = {**shape, "num_samples": samples}
+    measure = config["measure"]
+    args = [
+        "--dataset", "synthetic",
+        "--dataset-options", json.dumps({"synthetic": synthetic}, sort_keys=True),
+        "--device", config["device"],
+        "--precision", config["compute"]["precision"],
+        "--channels-last" if config["compute"]["channels_last"] else "--no-channels-last",
+        "--compile" if config["compute"]["compile"] else "--no-compile",
+        "--deterministic" if config["deterministic"] else "--no-deterministic",
+        "--num-workers", 0,
+        "--seed", config["seeds"][0],
+        "--no-validate",
+        "--warmup-steps", measure["warmup_steps"],
+        "--repeats", measure["repeats"],
+        "--min-steps", measure["min_steps"],
+        "--min-seconds", measure["min_seconds"],
+    ]  # fmt: skip
+    if config[wildcards.mode].get("max_steps") is not None:
+        args += ["--max-steps", config[wildcards.mode]["max_steps"]]
+    if wildcards.mode == "train":
+        train = config["train"]
+        args += ["--epochs", train["epochs"], "--optimizer", train["optimizer"]]
+        args += ["--lr", train["lr"], "--momentum", train["momentum"]]
+        args += ["--weight-decay", train["weight_decay"]]
+    return shlex.join(str(a) for a in args)
+
+
 def grid_results(wildcards=None):
     return [f"{stem}.json" for stem in grid_stems()]
 
@@ -93,7 +155,8 @@ def plot_files():
 
 def all_cores(wildcards):
     """Benchmarks run alone, so they get every core Snakemake was given (as torch threads).
-    A function, so that commands that run no job (--unlock, --report) need no --cores."""
+    A function, so that commands that run no job (--unlock, --report) need no --cores.
+    """
     return workflow.cores
 
 
