@@ -278,6 +278,21 @@ def test_cifar10_wrong_md5(tmp_path):
     assert_nothing_left(tmp_path, root)
 
 
+def test_cifar10_truncated_archive_is_an_error_and_leaves_nothing(tmp_path):
+    whole = build_tar(tmp_path / "whole.tar.gz", tiny_cifar_members()).read_bytes()
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    archive = mirror / "cifar-10-python.tar.gz"
+    archive.write_bytes(whole[: len(whole) // 2])  # a download cut off half way
+    root = tmp_path / "root"
+    # even with a checksum that matches the cut file, extraction must fail cleanly
+    with pytest.raises(DatasetError, match="cifar-10-python.tar.gz") as info:
+        prepare("cifar10", root, mirrors=[str(mirror)], spec=cifar_spec(archive), log=Log())
+    assert "\n" not in str(info.value)
+    assert not root.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror", "whole.tar.gz"]
+
+
 def test_cifar10_rejects_member_escaping_the_folder(tmp_path):
     members = tiny_cifar_members()
     members["../evil"] = b"escaped"
