@@ -51,6 +51,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--val-batch-size", type=int, default=512, help="validation pass, not timed")
+    p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per update")
+    p.add_argument("--lr-scaling", choices=("none", "linear", "sqrt"), default="none")
+    p.add_argument("--base-batch-size", type=int, default=None, help="batch --lr is meant for")
+    p.add_argument("--lr-warmup-steps", type=int, default=0)
+    p.add_argument("--lr-decay", choices=("constant", "cosine"), default="constant")
+    p.add_argument("--eval-every-samples", type=int, default=None, help="validate while training")
+    p.add_argument("--target-accuracy", type=float, default=None)
+    p.add_argument("--target-loss", type=float, default=None)
+    p.add_argument("--noise-every-steps", type=int, default=None, help="gradient noise scale")
     p.add_argument(
         "--validate",
         action=argparse.BooleanOptionalAction,
@@ -65,7 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", required=True, help="result JSON")
     p.add_argument("--steps", required=True, help="per-step CSV")
     args = p.parse_args(argv)
-    for name in ("batch_size", "epochs", "prefetch_factor", "val_batch_size", "repeats"):
+    positive = ("batch_size", "epochs", "prefetch_factor", "val_batch_size", "repeats")
+    for name in (*positive, "accumulation_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.num_workers < 0 or args.warmup_steps < 0:
@@ -144,6 +154,15 @@ def _bench(args: argparse.Namespace) -> int:
         momentum=args.momentum,
         weight_decay=args.weight_decay,
         val_batch_size=args.val_batch_size,
+        accumulation_steps=args.accumulation_steps,
+        lr_scaling=args.lr_scaling,
+        base_batch_size=args.base_batch_size,
+        lr_warmup_steps=args.lr_warmup_steps,
+        lr_decay=args.lr_decay,
+        eval_every_samples=args.eval_every_samples,
+        target_accuracy=args.target_accuracy,
+        target_loss=args.target_loss,
+        noise_every_steps=args.noise_every_steps,
         loader=runner.LoaderSettings(
             pin_memory=args.pin_memory,
             non_blocking=args.non_blocking,

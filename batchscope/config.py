@@ -72,6 +72,13 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"config key dataset.path: {path!r} is not a folder")
     elif "path" in dataset:
         raise ConfigError("config key dataset.path: only used when dataset.name is imagefolder")
+    train = config.get("train", {})
+    if train.get("lr_scaling", "none") != "none" and train.get("base_batch_size") is None:
+        raise ConfigError("config key train.base_batch_size: required when train.lr_scaling is set")
+    if train.get("target_accuracy") is not None and train.get("target_loss") is not None:
+        raise ConfigError(
+            "config key train.target_loss: give target_accuracy or target_loss, not both"
+        )
     warmup = config.get("measure", {}).get("warmup_steps", 5)
     for mode in ("train", "infer"):
         cap = config.get(mode, {}).get("max_steps")

@@ -33,6 +33,10 @@ STEP_COLUMNS = (
     "data_wait_ms",
     "loss",
     "lr",
+    "val_accuracy",
+    "val_loss",
+    "noise_sq_small",
+    "noise_sq_big",
 )
 
 STATUSES = ("ok", "oom", "diverged")

@@ -79,6 +79,16 @@ class RunConfig:
     channels_last: bool = False
     compile: bool = False
     compile_backend: str = "inductor"
+    # convergence (training only)
+    accumulation_steps: int = 1  # micro-batches of batch_size per optimizer update
+    lr_scaling: str = "none"  # none | linear | sqrt, from base_batch_size to the effective batch
+    base_batch_size: int | None = None  # None: lr is used as given
+    lr_warmup_steps: int = 0
+    lr_decay: str = "constant"  # constant | cosine
+    eval_every_samples: int | None = None  # validate during training (off the clock)
+    target_accuracy: float | None = None
+    target_loss: float | None = None
+    noise_every_steps: int | None = None  # gradient noise scale measurements (off the clock)
     loader: LoaderSettings = field(default_factory=LoaderSettings)
 
 
@@ -172,23 +182,34 @@ def _to_device(x, y, device, cfg: RunConfig):
     )
 
 
-def _train_step(model, optimizer, cfg: RunConfig, device: torch.device):
+def _train_step(model, optimizer, cfg: RunConfig, device: torch.device, scheduler=None):
+    """One optimizer update over the loader's batch, in ``accumulation_steps`` micro-batches of
+    ``batch_size`` (each loss weighted by its share, so the gradient is the big batch's)."""
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
 
     def step(x: torch.Tensor, y: torch.Tensor, clock: PhaseClock) -> torch.Tensor:
         clock.start()
         x, y = _to_device(x, y, device, cfg)
         clock.mark()
-        with _autocast(device, cfg.precision):
-            loss = F.cross_entropy(logits_of(model(x)), y)
-        clock.mark()
-        scaler.scale(loss).backward()
+        total = x.new_zeros((), dtype=torch.float32)
+        chunks = list(zip(x.split(cfg.batch_size), y.split(cfg.batch_size), strict=True))
+        for i, (xs, ys) in enumerate(chunks):
+            with _autocast(device, cfg.precision):
+                loss = F.cross_entropy(logits_of(model(xs)), ys) * (ys.shape[0] / y.shape[0])
+            total += loss.detach().float()
+            if i == len(chunks) - 1:
+                # with accumulation, the earlier micro-batches' forward and backward passes
+                # are counted in this "forward" phase
+                clock.mark()
+            scaler.scale(loss).backward()
         clock.mark()
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        if scheduler is not None:
+            scheduler.step()
         clock.mark()
-        return loss.detach()
+        return total
 
     return step
 
@@ -257,8 +278,13 @@ def measured_loop(
     log: StepLog,
     *,
     lr_of: Callable[[], float] | None = None,
+    after_step: Callable[[int, int, torch.Tensor, torch.Tensor], dict | None] | None = None,
 ) -> dict:
-    """Run ``step_fn`` over ``loader`` and return the timing summary and status."""
+    """Run ``step_fn`` over ``loader`` and return the timing summary and status.
+
+    ``after_step(step, samples_seen, x, y)`` runs after each step, off the clock (validation,
+    noise-scale measurements); what it returns is added to that step's row.
+    """
     planned = planned_steps(cfg, len(loader))
     if planned <= cfg.warmup_steps:
         raise NothingToMeasure(
@@ -284,6 +310,7 @@ def measured_loop(
     stamps: dict[str, float] = {}
     workers_mb = dry_run_mb = first_step_s = None
     samples_seen = step = 0
+    train_s = 0.0  # time on the clock, warm-up included: a run's seconds, evaluations excluded
     bar = _progress(planned, f"{cfg.mode} bs={cfg.batch_size} nw={cfg.num_workers}")
     t_prev = t_ready = measure.device_clock(device)  # end of the last step, end of bookkeeping
     batches = _batches(loader, stamps)
@@ -304,12 +331,13 @@ def measured_loop(
                 samples.append(x.shape[0])
                 for name, seconds in parts.items():
                     sums[name] += seconds
+            train_s += t_end - t_prev
             loss_value = None if loss is None else float(loss.item())
             log.add(
                 step=step,
                 phase="measured" if measured else "warmup",
                 samples_seen=samples_seen,
-                elapsed_s=t_end - stamps["iter_started"],
+                elapsed_s=train_s,
                 step_time_ms=(t_end - t_prev) * 1000.0,
                 data_wait_ms=parts["data_wait"] * 1000.0,
                 loss=loss_value,
@@ -326,7 +354,12 @@ def measured_loop(
             done = status != "ok" or finished(step, sum(step_s))
             if done and cfg.num_workers > 0:
                 workers_mb = measure.workers_pss_mb()  # the workers are still alive
-            t_prev, t_ready = t_end, time.perf_counter()
+            t_prev = t_end
+            extra = after_step(step, samples_seen, x, y) if after_step and not done else None
+            if extra:
+                log.rows[-1].update(extra)
+                t_prev = measure.device_clock(device)  # what the hook took is off the clock
+            t_ready = time.perf_counter()
             if done:
                 break
     except Exception as exc:  # noqa: BLE001 - only allocator failures are results
@@ -376,17 +409,61 @@ def measured_loop(
 
 
 @torch.inference_mode()
-def evaluate(model, loader: DataLoader, device: torch.device, cfg: RunConfig) -> tuple[float, int]:
-    """Top-1 accuracy of ``model`` on every batch of ``loader``, and the samples it saw."""
+def evaluate(
+    model, loader: DataLoader, device: torch.device, cfg: RunConfig
+) -> tuple[float, float, int]:
+    """Top-1 accuracy and mean loss of ``model`` over ``loader``, and the samples it saw.
+
+    The model is put back in training mode if it was in it."""
+    was_training = model.training
     model.eval()
     correct = seen = 0
+    loss_sum = 0.0
     for x, y in loader:
-        x, _ = _to_device(x, y, device, cfg)
+        x, y = _to_device(x, y, device, cfg)
         with _autocast(device, cfg.precision):
             logits = logits_of(model(x))
-        correct += int((logits.argmax(dim=1).cpu() == y).sum())
+        loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
+        correct += int((logits.argmax(dim=1) == y).sum())
         seen += y.shape[0]
-    return correct / seen, seen
+    model.train(was_training)
+    return correct / seen, loss_sum / seen, seen
+
+
+def effective_lr(cfg: RunConfig) -> float:
+    """The peak learning rate: ``lr`` scaled from ``base_batch_size`` to the effective batch."""
+    if cfg.lr_scaling == "none" or cfg.base_batch_size is None:
+        return cfg.lr
+    from batchscope.convergence import scaled_lr
+
+    effective = cfg.batch_size * cfg.accumulation_steps
+    return scaled_lr(cfg.lr, cfg.base_batch_size, effective, cfg.lr_scaling)
+
+
+def _convergence_hook(model, cfg: RunConfig, device, val_loader, noise):
+    """Validation every ``eval_every_samples`` and noise-scale measurements every
+    ``noise_every_steps``: both off the clock, recorded in the step's row."""
+    from batchscope.convergence import gradient_sq_norms
+
+    def loss_fn(logits, y):
+        return F.cross_entropy(logits_of(logits), y)
+
+    state = {"next_eval": cfg.eval_every_samples}
+
+    def hook(step: int, samples_seen: int, x: torch.Tensor, y: torch.Tensor) -> dict | None:
+        extra = {}
+        if val_loader is not None and state["next_eval"] and samples_seen >= state["next_eval"]:
+            extra["val_accuracy"], extra["val_loss"], _ = evaluate(model, val_loader, device, cfg)
+            while state["next_eval"] <= samples_seen:
+                state["next_eval"] += cfg.eval_every_samples
+        if noise is not None and step % cfg.noise_every_steps == 0:
+            xd, yd = _to_device(x, y, device, cfg)
+            small, big = gradient_sq_norms(model, loss_fn, xd, yd, batch_small=noise.batch_small)
+            noise.update(small, big)
+            extra["noise_sq_small"], extra["noise_sq_big"] = small, big
+        return extra or None
+
+    return hook
 
 
 def run(
@@ -407,10 +484,35 @@ def run(
     train = cfg.mode == "train"
     model.train(train)
     runnable = torch.compile(model, backend=cfg.compile_backend) if cfg.compile else model
-    loader = make_loader(data, cfg, device, shuffle=train, drop_last=True)
-    optimizer = make_optimizer(model, cfg) if train else None
+    accumulation = cfg.accumulation_steps if train else 1
+    loader_cfg = replace(cfg, batch_size=cfg.batch_size * accumulation)
+    loader = make_loader(data, loader_cfg, device, shuffle=train, drop_last=True)
+    val_loader = None
+    if train and val_data is not None:
+        val_cfg = replace(cfg, batch_size=cfg.val_batch_size)
+        val_loader = make_loader(val_data, val_cfg, device, shuffle=False, drop_last=False)
+    optimizer = scheduler = hook = noise = None
+    lr = effective_lr(cfg) if train else None
+    if train:
+        optimizer = make_optimizer(model, replace(cfg, lr=lr))
+        if cfg.lr_warmup_steps or cfg.lr_decay != "constant":
+            from batchscope.convergence import make_scheduler
+
+            scheduler = make_scheduler(
+                optimizer,
+                warmup_steps=cfg.lr_warmup_steps,
+                total_steps=planned_steps(loader_cfg, len(loader)),
+                decay=cfg.lr_decay,
+            )
+        if cfg.noise_every_steps:
+            from batchscope.convergence import GradientNoiseScale
+
+            big = cfg.batch_size * accumulation
+            noise = GradientNoiseScale(max(1, big // 4), big)
+        if cfg.eval_every_samples or noise is not None:
+            hook = _convergence_hook(model, cfg, device, val_loader, noise)
     step_fn = (
-        _train_step(runnable, optimizer, cfg, device)
+        _train_step(runnable, optimizer, cfg, device, scheduler)
         if train
         else _infer_step(runnable, cfg, device)
     )
@@ -420,23 +522,55 @@ def run(
         measure.limit_cpu_memory(cpu_memory_budget_mb)
     measure.reset_peak_memory(device)
     with measure.GpuUtilisation(device) as utilisation:
-        result = measured_loop(loader, step_fn, cfg, device, log, lr_of=lr_of)
+        result = measured_loop(
+            loader, step_fn, loader_cfg, device, log, lr_of=lr_of, after_step=hook
+        )
     result["gpu_util_pct_mean"] = utilisation.mean_pct
     result.update(measure.peak_memory(device, result.pop("workers_pss_mb")))
     result["compile_s"] = result["first_step_s"] if cfg.compile else None
-    result["lr"] = cfg.lr if train else None
-    result["val_accuracy"] = result["val_samples"] = None
+    result["lr"] = lr
+    result["base_lr"] = cfg.lr if train else None
+    result["lr_scaling"] = cfg.lr_scaling if train else None
+    result["accumulation_steps"] = accumulation
+    result["effective_batch_size"] = cfg.batch_size * accumulation
+    result["val_accuracy"] = result["val_loss"] = result["val_samples"] = None
     if not train:
         result["final_loss"] = None
-    elif result["status"] == "ok" and val_data is not None:
-        val_cfg = replace(cfg, batch_size=cfg.val_batch_size)
-        val_loader = make_loader(val_data, val_cfg, device, shuffle=False, drop_last=False)
+    elif result["status"] == "ok" and val_loader is not None:
         try:
             # the uncompiled module (same parameters): validation is not timed, and a
             # compiled model would recompile for eval mode
-            result["val_accuracy"], result["val_samples"] = evaluate(model, val_loader, device, cfg)
+            accuracy, loss, seen = evaluate(model, val_loader, device, cfg)
         except Exception as exc:  # noqa: BLE001
             if not measure.is_oom(exc):
                 raise
             result["status"], result["error"] = "oom", f"validation: {str(exc).splitlines()[0]}"
+        else:
+            result.update(val_accuracy=accuracy, val_loss=loss, val_samples=seen)
+            log.rows[-1].update(val_accuracy=accuracy, val_loss=loss)  # the curve's last point
+    if train:
+        result.update(_target_fields(cfg, log.rows))
+        if noise is not None:
+            result.update(noise.summary())
     return result, log.rows
+
+
+def _target_fields(cfg: RunConfig, rows: list[dict]) -> dict:
+    """Steps, samples and seconds to the configured target, or ``reached: False``."""
+    if cfg.target_accuracy is None and cfg.target_loss is None:
+        return {}
+    from batchscope.convergence import steps_to_target
+
+    if cfg.target_accuracy is not None:
+        outcome = steps_to_target(rows, target_accuracy=cfg.target_accuracy)
+    else:
+        outcome = steps_to_target(rows, target_loss=cfg.target_loss)
+    return {
+        "target_metric": outcome.metric,
+        "target": outcome.target,
+        "target_reached": outcome.reached,
+        "steps_to_target": outcome.steps,
+        "samples_to_target": outcome.samples,
+        "seconds_to_target": outcome.seconds,
+        "best_val_metric": outcome.best,
+    }

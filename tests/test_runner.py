@@ -110,7 +110,7 @@ def test_window_stats_flags_a_noisy_series_and_not_a_steady_one():
 
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_time_breakdown_accounts_for_the_step_time(mode):
-    result, _ = _run(mode=mode, max_steps=20)
+    result, _ = _run(mode=mode, batch_size=32, data=_data(n=32 * 22), max_steps=20)
     phases = runner.BREAKDOWN if mode == "train" else ("runner", "data_wait", *runner.INFER_PHASES)
     parts = [result[f"time_{p}_ms"] for p in phases]
     assert all(p >= 0 for p in parts)
@@ -142,3 +142,39 @@ def test_bf16_autocast_and_channels_last_run_and_are_finite():
 def test_compile_time_is_reported_apart_from_the_measured_steps():
     result, _ = _run(max_steps=8, compile=True, compile_backend="eager")
     assert result["status"] == "ok" and result["compile_s"] is not None
+
+
+def test_accumulation_updates_once_per_effective_batch_with_the_scaled_lr():
+    result, steps = _run(
+        batch_size=8, accumulation_steps=3, lr=0.01, lr_scaling="linear", base_batch_size=8,
+        max_steps=4,
+    )  # fmt: skip
+    assert result["effective_batch_size"] == 24 and result["accumulation_steps"] == 3
+    assert [s["samples_seen"] for s in steps] == [24, 48, 72, 96]
+    assert result["lr"] == pytest.approx(0.03) and steps[0]["lr"] == pytest.approx(0.03)
+
+
+def test_warmup_schedule_is_applied_step_by_step():
+    _, steps = _run(max_steps=8, lr=0.1, lr_warmup_steps=4)
+    lrs = [s["lr"] for s in steps]  # the lr after each update, i.e. the next update's
+    assert lrs[:3] == sorted(lrs[:3]) and lrs[0] < 0.1
+    assert lrs[3:] == pytest.approx([0.1] * 5)
+
+
+def test_validation_during_training_is_off_the_clock_and_finds_the_target():
+    result, steps = _run(
+        max_steps=10, eval_every_samples=24, target_accuracy=0.0, noise_every_steps=2
+    )
+    evaluated = [s for s in steps if s.get("val_accuracy") is not None]
+    assert [s["samples_seen"] for s in evaluated] == [24, 48, 72, 80]  # every 24, and the end
+    assert result["target_reached"] is True and result["steps_to_target"] == 3
+    assert result["seconds_to_target"] == pytest.approx(steps[2]["elapsed_s"])
+    # elapsed_s is time on the clock: the sum of the step times, evaluations excluded
+    assert steps[-1]["elapsed_s"] == pytest.approx(sum(s["step_time_ms"] for s in steps) / 1e3)
+    assert result["noise_scale_measurements"] == 4  # steps 2, 4, 6, 8 (not the last)
+    assert sum(s.get("noise_sq_big") is not None for s in steps) == 4
+
+
+def test_an_unreachable_target_is_reported_not_reached():
+    result, _ = _run(max_steps=6, eval_every_samples=16, target_accuracy=1.01)
+    assert result["target_reached"] is False and result["steps_to_target"] is None

@@ -233,13 +233,36 @@ def bench_options(wildcards):
     if config[wildcards.mode].get("max_steps") is not None:
         args += ["--max-steps", config[wildcards.mode]["max_steps"]]
     if wildcards.mode == "train":
-        args += ["--epochs", config["train"]["epochs"]]
-        args += ["--val-batch-size", config["train"]["val_batch_size"]]
+        args += convergence_options()
     if measure["peak_tflops"] is not None:
         args += ["--peak-tflops", measure["peak_tflops"]]
     if config.get("cpu_memory_budget_mb") is not None:
         args += ["--cpu-memory-budget-mb", config["cpu_memory_budget_mb"]]
     return shlex.join(str(a) for a in args)
+
+
+def convergence_options():
+    """Training length, learning-rate rule, validation during training, noise scale."""
+    train = config["train"]
+    args = [
+        "--epochs", train["epochs"],
+        "--val-batch-size", train["val_batch_size"],
+        "--accumulation-steps", train["accumulation_steps"],
+        "--lr-scaling", train["lr_scaling"],
+        "--lr-warmup-steps", train["lr_warmup_steps"],
+        "--lr-decay", train["lr_decay"],
+    ]  # fmt: skip
+    optional = {
+        "--base-batch-size": train.get("base_batch_size"),
+        "--eval-every-samples": train.get("eval_every_samples"),
+        "--target-accuracy": train.get("target_accuracy"),
+        "--target-loss": train.get("target_loss"),
+        "--noise-every-steps": train.get("noise_scale_every_steps"),
+    }
+    for flag, value in optional.items():
+        if value is not None:
+            args += [flag, value]
+    return args
 
 
 # Samples in the split each mode reads, where known before any job runs.
