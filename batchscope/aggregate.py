@@ -1,22 +1,39 @@
-"""Gather per-run result files into two tidy tables: a summary and the step curves.
+"""Gather per-run result files into tidy tables: a summary, the points over seeds, the curves.
 
 ``collect`` turns one result JSON per grid point into one row per grid point; ``collect_curves``
 stacks the per-step CSVs with the grid keys added, so every step row says where it came from.
-``check_environment`` compares each row's environment fingerprint with the captured environment
-and flags (does not reject) rows measured elsewhere.
+``summarize_points`` pools the seeds of each mode x model x dataset x batch size x workers: the
+mean with a 95% Student-t confidence interval of throughput, accuracy and loss, and the
+diagnosis. ``check_environment`` compares each row's environment fingerprint with the captured
+environment and flags (does not reject) rows measured elsewhere.
+
+Diagnosis: a point that ran ok is ``input``-bound when it spent more than ``INPUT_BOUND_FRAC``
+of its measured step time waiting for data, else ``compute``-bound. An input-bound point's
+``stall_removed_by_workers`` is the smallest larger worker count at the same mode, model,
+dataset, batch size (and seed, in the summary) whose point is compute-bound, or ``none``.
+
+Partial results (``--allow-missing``): a result file that does not exist becomes a row with
+status ``missing``, or ``failed`` when its job's log exists (``--logs``, one per result in the
+same order, or ``--log-dir``, a folder laid out as the results), with ``error`` the log's last
+non-empty line. The grid point is read from the file name the workflow gives results,
+``<mode>/<model>/bs<B>_nw<W>_seed<S>.json``.
 
 Command line (every path is explicit; the steps CSV sits next to each result JSON)::
 
     python -m batchscope.aggregate --results a.json b.json ... \\
         --env results/env/environment.json \\
-        --summary results/summary.csv --curves results/curves.csv
+        --summary results/summary.csv --curves results/curves.csv \\
+        [--by-point results/summary_by_point.csv] \\
+        [--allow-missing (--logs a.log b.log ... | --log-dir logs/bench) --dataset NAME]
 
-This module imports pandas only, never a plotting library.
+This module imports pandas only, never a plotting library (nor torch).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -40,6 +57,8 @@ FIRST_COLUMNS = (
     "step_time_ms_p50",
     "peak_mem_mb",
     "data_wait_frac",
+    "bound",
+    "stall_removed_by_workers",
     "final_loss",
     "val_accuracy",
     "env_fingerprint",
@@ -48,11 +67,52 @@ FIRST_COLUMNS = (
 #: Order of the rows: by grid point, seeds last.
 SORT_KEYS = ["mode", "model", "batch_size", "num_workers", "seed"]
 
+#: A point of the points table: a grid point with its seeds pooled.
+POINT_KEYS = ["mode", "model", "dataset", "batch_size", "num_workers"]
+
 #: Keys a result must carry for its row to mean anything.
 REQUIRED_KEYS = (*results.GRID_KEYS, "status", "env_fingerprint", "schema_version")
 
 #: Column added by ``check_environment``.
 ENV_MATCH_COLUMN = "env_matches_capture"
+
+#: Share of the measured step time spent waiting for data above which a point is input-bound.
+INPUT_BOUND_FRAC = 0.2
+
+#: Statuses of grid points without a result file (``--allow-missing``): no log, or a log.
+MISSING, FAILED = "missing", "failed"
+ABSENT_STATUSES = (MISSING, FAILED)
+
+#: ``stall_removed_by_workers`` of an input-bound point that no larger worker count fixed.
+NO_WORKERS = "none"
+
+#: Confidence of the intervals over seeds.
+CONFIDENCE = 0.95
+
+#: Points-table metrics given as mean and confidence interval over the ok seeds.
+CI_METRICS = ("samples_per_s", "val_accuracy", "final_loss")
+
+#: Points-table metrics given as the mean over the ok seeds (when the summary has them).
+MEAN_METRICS = (
+    "samples_per_s_iqr",
+    "peak_mem_mb",
+    "data_wait_frac",
+    "achieved_tflops",
+    "mfu",
+    "step_time_ms_mean",
+    "time_runner_ms",
+    "time_data_wait_ms",
+    "time_h2d_ms",
+    "time_forward_ms",
+    "time_backward_ms",
+    "time_optimizer_ms",
+    "time_other_ms",
+    "ceiling_samples_per_s",
+    "frac_of_ceiling",
+)
+
+#: The name the workflow gives a result file (the mode and model are its two parent folders).
+RESULT_NAME = re.compile(r"bs(?P<batch_size>\d+)_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)\.json")
 
 
 def steps_path(result_path: str | Path) -> Path:
@@ -63,6 +123,30 @@ def steps_path(result_path: str | Path) -> Path:
     return path.with_suffix(".steps.csv")
 
 
+def _check_result(path: Path, result: Mapping[str, Any]) -> None:
+    missing = [key for key in REQUIRED_KEYS if key not in result]
+    if missing:
+        raise ValueError(f"{path}: result lacks key(s) {', '.join(missing)}")
+    if result["schema_version"] != results.SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: schema_version {result['schema_version']!r}, "
+            f"this code reads {results.SCHEMA_VERSION}"
+        )
+    if result["status"] not in results.STATUSES:
+        raise ValueError(f"{path}: unknown status {result['status']!r}")
+
+
+def _check_unique(records: Iterable[tuple[Path, Mapping[str, Any]]]) -> None:
+    """Raise ``ValueError`` for two files of the same grid point (one per point and seed)."""
+    seen: dict[tuple, Path] = {}
+    for path, record in records:
+        grid = tuple(record[key] for key in results.GRID_KEYS)
+        if grid in seen:
+            point = ", ".join(f"{k}={v}" for k, v in zip(results.GRID_KEYS, grid, strict=True))
+            raise ValueError(f"duplicate grid point ({point}) in {seen[grid]} and {path}")
+        seen[grid] = path
+
+
 def read_results(result_paths: Iterable[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
     """Read and validate result JSONs; returns ``(path, result)`` pairs in input order.
 
@@ -70,42 +154,234 @@ def read_results(result_paths: Iterable[str | Path]) -> list[tuple[Path, dict[st
     files for the same grid point (a sweep measures each point once per seed).
     """
     pairs = []
-    seen: dict[tuple, Path] = {}
     for raw_path in result_paths:
         path = Path(raw_path)
         result = results.read_json(path)
-        missing = [key for key in REQUIRED_KEYS if key not in result]
-        if missing:
-            raise ValueError(f"{path}: result lacks key(s) {', '.join(missing)}")
-        if result["schema_version"] != results.SCHEMA_VERSION:
-            raise ValueError(
-                f"{path}: schema_version {result['schema_version']!r}, "
-                f"this code reads {results.SCHEMA_VERSION}"
-            )
-        if result["status"] not in results.STATUSES:
-            raise ValueError(f"{path}: unknown status {result['status']!r}")
-        grid = tuple(result[key] for key in results.GRID_KEYS)
-        if grid in seen:
-            point = ", ".join(f"{k}={v}" for k, v in zip(results.GRID_KEYS, grid, strict=True))
-            raise ValueError(f"duplicate grid point ({point}) in {seen[grid]} and {path}")
-        seen[grid] = path
+        _check_result(path, result)
         pairs.append((path, result))
+    _check_unique(pairs)
     return pairs
 
 
+def grid_of_path(result_path: str | Path) -> dict[str, Any]:
+    """Mode, model, batch size, workers and seed of a result path the workflow named
+    (``.../<mode>/<model>/bs<B>_nw<W>_seed<S>.json``); ``ValueError`` for any other name."""
+    path = Path(result_path)
+    match = RESULT_NAME.fullmatch(path.name)
+    if match is None or not path.parent.name or not path.parent.parent.name:
+        raise ValueError(
+            f"{path}: cannot tell its grid point: expected <mode>/<model>/bs<B>_nw<W>_seed<S>.json"
+        )
+    grid = {"mode": path.parent.parent.name, "model": path.parent.name}
+    return grid | {key: int(value) for key, value in match.groupdict().items()}
+
+
+def log_path(log_dir: str | Path, result_path: str | Path) -> Path:
+    """The log of a result in ``log_dir``, laid out as the results are:
+    ``.../<mode>/<model>/<name>.json`` -> ``<log_dir>/<mode>/<model>/<name>.log``."""
+    grid_of_path(result_path)  # the name must be one the workflow gives
+    path = Path(result_path)
+    return Path(log_dir, path.parent.parent.name, path.parent.name, path.stem + ".log")
+
+
+def last_line(log: str | Path) -> str | None:
+    """The last non-empty line of a log, trimmed (carriage returns split lines, as progress
+    bars use them); None for an empty log."""
+    text = Path(log).read_text(encoding="utf-8", errors="replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def absent_result(
+    result_path: str | Path, log: str | Path | None = None, dataset: str = "unknown"
+) -> dict[str, Any]:
+    """The row of a grid point whose result file does not exist: ``failed`` with the last line
+    of its ``log`` as ``error`` when that log exists, else ``missing``."""
+    grid = grid_of_path(result_path)
+    record = {**grid, "dataset": dataset, "status": MISSING, "error": None}
+    if log is not None and Path(log).exists():
+        record.update(status=FAILED, error=last_line(log))
+    return {key: record[key] for key in (*results.GRID_KEYS, "status", "error")}
+
+
+def read_grid(
+    result_paths: Sequence[str | Path],
+    log_paths: Sequence[str | Path] | None = None,
+    *,
+    allow_missing: bool = False,
+    dataset: str | None = None,
+) -> tuple[list[tuple[Path, dict[str, Any]]], list[dict[str, Any]]]:
+    """Read the results that exist and, with ``allow_missing``, make a row for each that does
+    not (see ``absent_result``). Returns ``(pairs, absent)``: ``(path, result)`` pairs of the
+    results read, and the absent rows.
+
+    ``log_paths``, when given, holds one log per result path, in the same order. The dataset of
+    an absent row is ``dataset``, else the one dataset of the results read (``unknown`` when they
+    have none or several). Without ``allow_missing`` a missing file raises FileNotFoundError.
+    """
+    if log_paths is not None and len(log_paths) != len(result_paths):
+        raise ValueError(
+            f"{len(log_paths)} log(s) for {len(result_paths)} result(s): "
+            "give one log per result, in the same order"
+        )
+    logs = list(log_paths) if log_paths is not None else [None] * len(result_paths)
+    present = [Path(p) for p in result_paths if not allow_missing or Path(p).exists()]
+    pairs = read_results(present)
+    if dataset is None:
+        datasets = {result["dataset"] for _, result in pairs}
+        dataset = datasets.pop() if len(datasets) == 1 else "unknown"
+    absent = [
+        (Path(path), absent_result(path, log, dataset))
+        for path, log in zip(result_paths, logs, strict=True)
+        if allow_missing and not Path(path).exists()
+    ]
+    _check_unique([*pairs, *absent])
+    return pairs, [record for _, record in absent]
+
+
+def _cell(value: Any) -> Any:
+    """A value as a CSV cell: a list (the throughput windows) becomes ';'-joined text."""
+    if isinstance(value, list | tuple):
+        return ";".join("" if v is None else str(v) for v in value)
+    return value
+
+
+def _bound(status: Any, wait: Any) -> str | None:
+    if status != "ok" or pd.isna(wait):
+        return None
+    return "input" if float(wait) > INPUT_BOUND_FRAC else "compute"
+
+
+def diagnose(
+    frame: pd.DataFrame, wait_column: str = "data_wait_frac", status_column: str = "status"
+) -> pd.DataFrame:
+    """A copy of ``frame`` with ``bound`` and ``stall_removed_by_workers`` set per row.
+
+    Rows are compared with the rows that share every key column except ``num_workers`` (the
+    GRID_KEYS and POINT_KEYS present in ``frame``): an input-bound row gets the smallest larger
+    worker count among them that is compute-bound, or ``none``. Rows that did not run ok get
+    neither (empty).
+    """
+    out = frame.copy()
+    waits = pd.to_numeric(out[wait_column]) if wait_column in out else pd.Series(index=out.index)
+    out["bound"] = [_bound(s, w) for s, w in zip(out[status_column], waits, strict=True)]
+    out["stall_removed_by_workers"] = pd.Series(None, index=out.index, dtype=object)
+    if out.empty:
+        return out
+    keys = [k for k in dict.fromkeys([*results.GRID_KEYS, *POINT_KEYS]) if k in out]
+    keys.remove("num_workers")
+    for _, group in out.groupby(keys, sort=False, dropna=False):
+        fixed = sorted(int(w) for w in group.loc[group["bound"] == "compute", "num_workers"])
+        for index in group.index[group["bound"] == "input"]:
+            workers = int(out.at[index, "num_workers"])
+            larger = [w for w in fixed if w > workers]
+            out.at[index, "stall_removed_by_workers"] = larger[0] if larger else NO_WORKERS
+    return out
+
+
 def _summary_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per record, FIRST_COLUMNS first, then other keys in first-seen order."""
+    """One row per record, FIRST_COLUMNS first, then other keys in first-seen order; lists as
+    ';'-joined text; the diagnosis columns filled in."""
     columns = list(FIRST_COLUMNS)
     for record in records:
         columns.extend(key for key in record if key not in columns)
-    frame = pd.DataFrame.from_records(list(records), columns=columns)
+    cells = [{key: _cell(value) for key, value in record.items()} for record in records]
+    frame = pd.DataFrame.from_records(cells, columns=columns)
+    frame = diagnose(frame.drop(columns=["bound", "stall_removed_by_workers"]))[columns]
     return frame.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)
 
 
-def collect(result_paths: Iterable[str | Path]) -> pd.DataFrame:
-    """The summary table: one row per result file, sorted by mode, model, batch_size, num_workers,
-    seed. Duplicate grid points raise ``ValueError``."""
-    return _summary_frame([result for _, result in read_results(result_paths)])
+def collect(
+    result_paths: Iterable[str | Path], absent: Sequence[Mapping[str, Any]] = ()
+) -> pd.DataFrame:
+    """The summary table: one row per result file (and per ``absent`` row), sorted by mode,
+    model, batch_size, num_workers, seed. Duplicate grid points raise ``ValueError``."""
+    records = [result for _, result in read_results(result_paths)]
+    return _summary_frame([*records, *absent])
+
+
+def mean_ci(values: Iterable[Any], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """Mean and two-sided Student-t confidence interval of the finite ``values``:
+    ``(mean, low, high)``; the interval is NaN with fewer than two values, all NaN with none."""
+    series = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").astype(float)
+    series = series[series.map(math.isfinite)]
+    n = len(series)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(series.mean())
+    if n < 2:
+        return mean, math.nan, math.nan
+    # imported here: convergence imports torch at module level, which the report env has not;
+    # only a sweep with several seeds per point gets this far.
+    from batchscope.stats import t_critical
+
+    half = t_critical(n - 1, confidence) * float(series.std(ddof=1)) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def _mean_name(column: str) -> str:
+    return column if column.endswith("_mean") else f"{column}_mean"
+
+
+def any_noisy(values: Iterable[Any]) -> bool | None:
+    """Any seed noisy -> True; all known and quiet -> False; none known -> None."""
+    flags = [str(v).strip().lower() for v in values if not pd.isna(v) and str(v).strip()]
+    if not flags:
+        return None
+    return any(flag == "true" for flag in flags)
+
+
+def summarize_points(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per mode x model x dataset x batch_size x num_workers, seeds pooled.
+
+    Columns: the POINT_KEYS; ``n_seeds`` (rows of the point, whatever their status) and ``n_ok``;
+    ``status`` (the seeds' one status, or ``mixed``); ``failed_seeds`` (``seed:status;...`` of
+    the seeds that did not run ok); ``bound`` and ``stall_removed_by_workers`` (from the mean
+    data wait over ok seeds, compared across worker counts at the same batch size); ``noisy``
+    (some ok seed's throughput windows spread over 10%); for each of CI_METRICS
+    ``<metric>_mean``, ``<metric>_ci95_low`` and ``<metric>_ci95_high`` (Student t over the ok
+    seeds; empty with fewer than two); for each of MEAN_METRICS the summary has, its mean over
+    the ok seeds (``<metric>_mean``).
+    """
+    means = [m for m in MEAN_METRICS if m in summary]
+    columns = [
+        *POINT_KEYS,
+        "n_seeds",
+        "n_ok",
+        "status",
+        "failed_seeds",
+        "bound",
+        "stall_removed_by_workers",
+        "noisy",
+        *(f"{m}_{part}" for m in CI_METRICS for part in ("mean", "ci95_low", "ci95_high")),
+        *(_mean_name(m) for m in means),
+    ]
+    rows = []
+    for key, group in summary.groupby(POINT_KEYS, sort=True, dropna=False):
+        ok = group[group["status"] == "ok"]
+        statuses = sorted(set(group["status"]))
+        failed = group[group["status"] != "ok"].sort_values("seed")
+        row = dict(zip(POINT_KEYS, key, strict=True))
+        row.update(
+            n_seeds=len(group),
+            n_ok=len(ok),
+            status=statuses[0] if len(statuses) == 1 else "mixed",
+            failed_seeds=";".join(f"{int(r.seed)}:{r.status}" for r in failed.itertuples()) or None,
+            noisy=any_noisy(ok["noisy"]) if "noisy" in ok else None,
+        )
+        for metric in CI_METRICS:
+            mean, low, high = mean_ci(ok.get(metric, []))
+            row.update({f"{metric}_mean": mean, f"{metric}_ci95_low": low})
+            row[f"{metric}_ci95_high"] = high
+        for metric in means:
+            row[_mean_name(metric)] = pd.to_numeric(ok[metric]).mean() if len(ok) else math.nan
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    points = pd.DataFrame(rows)
+    points["point_status"] = points["status"].where(points["n_ok"] == 0, "ok")
+    points = diagnose(points, wait_column="data_wait_frac_mean", status_column="point_status")
+    return points[columns].reset_index(drop=True)
 
 
 def collect_curves(
@@ -142,26 +418,55 @@ def check_environment(
 
     A row whose ``env_fingerprint`` differs from ``env["fingerprint"]`` gets False and one warning
     line (for all such rows together) is printed to ``stream`` (stderr by default). Not an error:
-    the numbers are still real, only measured in another environment than the one captured.
+    the numbers are still real, only measured in another environment than the one captured. A
+    row without a result (missing, failed) has no fingerprint and gets an empty cell.
     """
     stream = sys.stderr if stream is None else stream
     expected = env["fingerprint"]
     checked = summary.copy()
+    measured = checked["env_fingerprint"].notna()
     matches = checked["env_fingerprint"] == expected
     position = checked.columns.get_loc("env_fingerprint") + 1
-    checked.insert(position, ENV_MATCH_COLUMN, matches.astype(bool))
-    if not matches.all():
-        odd = checked.loc[~matches]
+    column = matches.astype(bool) if measured.all() else matches.astype(object).where(measured)
+    checked.insert(position, ENV_MATCH_COLUMN, column)
+    odd = checked.loc[measured & ~matches]
+    if len(odd):
         found = ", ".join(sorted(str(f) for f in odd["env_fingerprint"].unique()))
         points = "; ".join(
             " ".join(f"{k}={row[k]}" for k in results.GRID_KEYS) for _, row in odd.iterrows()
         )
         print(
-            f"WARNING: {len(odd)} of {len(checked)} results have env fingerprint(s) {found}, "
-            f"not the captured {expected}: {points}",
+            f"WARNING: {len(odd)} of {int(measured.sum())} results have env fingerprint(s) "
+            f"{found}, not the captured {expected}: {points}",
             file=stream,
         )
     return checked
+
+
+def add_ceiling(summary: pd.DataFrame, ceiling_paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Hold each row against the compute-only ceiling of its mode x model x batch size.
+
+    ``ceiling_samples_per_s`` is the same model's throughput on synthetic tensors with no
+    workers; ``frac_of_ceiling`` how much of it the real-data run reached (1: the input pipeline
+    costs nothing).
+    """
+    rows = []
+    for path in ceiling_paths:
+        result = results.read_json(path)
+        rows.append(
+            {
+                "mode": result["mode"],
+                "model": result["model"],
+                "batch_size": result["batch_size"],
+                "ceiling_samples_per_s": result.get("samples_per_s"),
+            }
+        )
+    if not rows:
+        return summary
+    ceiling = pd.DataFrame(rows)
+    merged = summary.merge(ceiling, on=["mode", "model", "batch_size"], how="left")
+    merged["frac_of_ceiling"] = merged["samples_per_s"] / merged["ceiling_samples_per_s"]
+    return merged
 
 
 def _frame_csv(frame: pd.DataFrame) -> str:
@@ -171,22 +476,67 @@ def _frame_csv(frame: pd.DataFrame) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m batchscope.aggregate",
-        description="Gather per-run result JSONs (and their steps CSVs) into summary/curves CSVs.",
+        description="Gather per-run result JSONs (and their steps CSVs) into summary, "
+        "points and curves CSVs.",
     )
     parser.add_argument("--results", nargs="+", required=True, help="result JSON files")
     parser.add_argument("--env", required=True, help="captured environment JSON")
     parser.add_argument("--summary", required=True, help="output: one row per grid point (CSV)")
     parser.add_argument("--curves", required=True, help="output: every step of every run (CSV)")
-    args = parser.parse_args(argv)
-
-    pairs = read_results(args.results)
-    summary = check_environment(
-        _summary_frame([result for _, result in pairs]), results.read_json(args.env)
+    parser.add_argument(
+        "--by-point",
+        help="output: one row per mode x model x dataset x batch size x workers, seeds pooled "
+        "(CSV)",
     )
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="list a result file that does not exist as a missing (or, with its log, failed) "
+        "row instead of stopping",
+    )
+    logs = parser.add_mutually_exclusive_group()
+    logs.add_argument("--logs", nargs="+", help="each result's job log, in the order of --results")
+    logs.add_argument(
+        "--log-dir",
+        help="folder of the job logs, laid out as the results: the log of "
+        "<mode>/<model>/bs<B>_nw<W>_seed<S>.json is DIR/<mode>/<model>/bs<B>_nw<W>_seed<S>.log",
+    )
+    parser.add_argument(
+        "--dataset", help="dataset of missing rows (default: the one of the results read)"
+    )
+    parser.add_argument(
+        "--ceilings", nargs="*", default=[], help="compute-only ceiling results (synthetic data)"
+    )
+    args = parser.parse_args(argv)
+    if args.logs is not None and len(args.logs) != len(args.results):
+        parser.error(
+            f"--logs has {len(args.logs)} path(s), --results {len(args.results)}: "
+            "give one log per result, in the same order"
+        )
+
+    log_paths = args.logs
+    if args.log_dir is not None:
+        log_paths = [log_path(args.log_dir, path) for path in args.results]
+    pairs, absent = read_grid(
+        args.results, log_paths, allow_missing=args.allow_missing, dataset=args.dataset
+    )
+    summary = check_environment(
+        _summary_frame([*(result for _, result in pairs), *absent]), results.read_json(args.env)
+    )
+    summary = add_ceiling(summary, args.ceilings)
     curves = collect_curves((steps_path(path), result) for path, result in pairs)
     results.write_text(args.summary, _frame_csv(summary))
     results.write_text(args.curves, _frame_csv(curves))
-    print(f"aggregated {len(summary)} results, {len(curves)} steps", file=sys.stderr)
+    if args.by_point:
+        results.write_text(args.by_point, _frame_csv(summarize_points(summary)))
+    lacking = ""
+    if absent:
+        counts = pd.Series([a["status"] for a in absent]).value_counts()
+        lacking = " (" + ", ".join(f"{n} {status}" for status, n in counts.items()) + ")"
+    print(
+        f"aggregated {len(pairs)} results{lacking}, {len(curves)} steps",
+        file=sys.stderr,
+    )
     return 0
 
 

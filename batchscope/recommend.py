@@ -2,13 +2,16 @@
 
 ``recommend`` picks, per mode x model, the (batch_size, num_workers) with the highest throughput
 among runs that finished ok (mean over seeds), compares it with the runner-up against the measured
-spread, and lists what failed. ``render_markdown`` and ``render_html`` write the same content as a
-document (Markdown for people, standalone HTML for the Snakemake report).
+spread, diagnoses it (input- or compute-bound, and which worker count removed an input stall),
+and lists what failed or is missing. ``render_markdown`` and ``render_html`` write the same
+content as a document (Markdown for people, standalone HTML for the Snakemake report).
 
-Spread of a configuration: with two or more seeds, the range of samples_per_s over seeds as a
-percentage of its mean; with one seed, the step-time interquartile range as a percentage of the
-median step time. The runner-up is "within noise" when its gap to the best is smaller than the
-larger of the two spreads.
+Spread of a configuration, as a percentage of its throughput: with two or more seeds that ran
+ok, the half-width of the 95% Student-t confidence interval of the mean over seeds; with one,
+the interquartile range of its measurement windows' throughputs (``samples_per_s_iqr``) over
+their median (unknown with a single window; results without it fall back to the step-time
+IQR over the median step time). The runner-up is "within noise" when its gap to the best is
+smaller than the larger of the two spreads.
 
 Command line::
 
@@ -28,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope import results
+from batchscope import aggregate, results
 
 #: A rec is made per distinct value of these (dataset is one per model in a usual sweep).
 GROUP_KEYS = ["mode", "model", "dataset"]
@@ -36,21 +39,34 @@ GROUP_KEYS = ["mode", "model", "dataset"]
 #: Spread (%) above which a measurement is called noisy (STYLE: IQR over 10% of the median).
 NOISY_PCT = 10.0
 
-#: Data wait share of the step above which the input pipeline is called the bottleneck.
-LOADER_BOUND_FRAC = 0.25
+#: Statuses of grid points that have no result at all (their job failed, or never ran).
+ABSENT_STATUSES = aggregate.ABSENT_STATUSES
 
 NUMERIC_COLUMNS = (
     "batch_size",
     "num_workers",
     "seed",
     "samples_per_s",
+    "samples_per_s_iqr",
+    "repeats",
     "step_time_ms_p50",
     "step_time_ms_iqr",
     "peak_mem_mb",
     "data_wait_frac",
     "val_accuracy",
     "final_loss",
+    "achieved_tflops",
+    "peak_tflops",
+    "mfu",
+    "flops_per_sample",
 )
+
+#: How the spread of a point was measured, as the text says it.
+SPREAD_SOURCES = {
+    "ci": "95% CI over seeds",
+    "window_iqr": "throughput IQR over measurement windows",
+    "step_iqr": "step-time IQR",
+}
 
 #: Evidence table columns, and how each value is printed.
 EVIDENCE_FORMATS = {
@@ -59,10 +75,11 @@ EVIDENCE_FORMATS = {
     "seed": "{:d}",
     "status": "{}",
     "samples_per_s": "{:.1f}",
+    "window_iqr_pct": "{:.1f}",
     "step_time_ms_p50": "{:.2f}",
-    "step_iqr_pct": "{:.1f}",
     "peak_mem_mb": "{:.0f}",
     "data_wait_frac": "{:.3f}",
+    "bound": "{}",
     "val_accuracy": "{:.3f}",
     "final_loss": "{:.4f}",
     "note": "{}",
@@ -79,13 +96,29 @@ def _is_missing(value: Any) -> bool:
 
 
 def _prepare(summary: pd.DataFrame) -> pd.DataFrame:
-    """Copy with the numeric columns numeric (absent ones as NaN) and ``error`` present."""
+    """Copy with the numeric columns numeric (absent ones as NaN), ``error`` and ``noisy``
+    present, and the diagnosis (``bound``, ``stall_removed_by_workers``) computed afresh."""
     frame = summary.copy()
     for column in NUMERIC_COLUMNS:
         frame[column] = pd.to_numeric(frame[column]) if column in frame else float("nan")
-    if "error" not in frame:
-        frame["error"] = None
-    return frame
+    for column in ("error", "noisy"):
+        if column not in frame:
+            frame[column] = None
+    return aggregate.diagnose(frame)
+
+
+def _spread(row: pd.Series) -> tuple[float | None, str | None]:
+    """Spread (%) of one pooled configuration, and how it was measured (a SPREAD_SOURCES key)."""
+    if row["n_seeds"] >= 2:
+        high = row["samples_per_s_ci95_high"]
+        return (None, None) if pd.isna(high) else (100 * (high / row["samples_per_s"] - 1), "ci")
+    if pd.notna(row["repeats"]) and row["repeats"] < 2:
+        return None, None  # one window: no spread measured
+    if pd.notna(row["samples_per_s_iqr"]):
+        return 100 * row["samples_per_s_iqr"] / row["samples_per_s"], "window_iqr"
+    if pd.notna(row["step_iqr_pct"]):
+        return float(row["step_iqr_pct"]), "step_iqr"
+    return None, None
 
 
 def _points(rows: pd.DataFrame) -> pd.DataFrame:
@@ -94,30 +127,45 @@ def _points(rows: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     points = (
-        ok.assign(iqr_pct=100 * ok["step_time_ms_iqr"] / ok["step_time_ms_p50"])
+        ok.assign(step_iqr_pct=100 * ok["step_time_ms_iqr"] / ok["step_time_ms_p50"])
         .groupby(["batch_size", "num_workers"], as_index=False)
         .agg(
             samples_per_s=("samples_per_s", "mean"),
             samples_per_s_min=("samples_per_s", "min"),
             samples_per_s_max=("samples_per_s", "max"),
             n_seeds=("samples_per_s", "size"),
-            iqr_pct=("iqr_pct", "mean"),
+            samples_per_s_iqr=("samples_per_s_iqr", "mean"),
+            repeats=("repeats", "min"),
+            step_iqr_pct=("step_iqr_pct", "mean"),
             step_time_ms_p50=("step_time_ms_p50", "mean"),
             peak_mem_mb=("peak_mem_mb", "max"),
             data_wait_frac=("data_wait_frac", "mean"),
             val_accuracy=("val_accuracy", "mean"),
             final_loss=("final_loss", "mean"),
+            achieved_tflops=("achieved_tflops", "mean"),
+            peak_tflops=("peak_tflops", "max"),
+            mfu=("mfu", "mean"),
+            flops_per_sample=("flops_per_sample", "mean"),
         )
     )
-    seed_range_pct = (
-        100 * (points["samples_per_s_max"] - points["samples_per_s_min"]) / points["samples_per_s"]
-    )
+    pooled = aggregate.summarize_points(rows)[
+        [
+            "batch_size",
+            "num_workers",
+            "samples_per_s_ci95_low",
+            "samples_per_s_ci95_high",
+            "noisy",
+            "bound",
+            "stall_removed_by_workers",
+        ]
+    ]
+    points = points.merge(pooled, how="left", on=["batch_size", "num_workers"])
     failed = rows[rows["status"] != "ok"].groupby(["batch_size", "num_workers"]).size()
     points = points.merge(failed.rename("n_failed").reset_index(), how="left")
     points["n_failed"] = points["n_failed"].fillna(0).astype(int)
-    several = points["n_seeds"] >= 2
-    points["spread_pct"] = seed_range_pct.where(several, points["iqr_pct"])
-    points["spread_source"] = several.map({True: "seed range", False: "step-time IQR"})
+    spreads = [_spread(row) for _, row in points.iterrows()]
+    points["spread_pct"] = [spread for spread, _ in spreads]
+    points["spread_source"] = [source for _, source in spreads]
     return points.sort_values(
         ["samples_per_s", "batch_size", "num_workers"], ascending=[False, True, True]
     ).reset_index(drop=True)
@@ -129,11 +177,28 @@ def _point(row: pd.Series) -> dict[str, Any]:
     for key, value in row.items():
         if key in ("batch_size", "num_workers", "n_seeds", "n_failed"):
             point[key] = int(value)
+        elif key == "stall_removed_by_workers" and not _is_missing(value):
+            point[key] = value if value == aggregate.NO_WORKERS else int(float(value))
         elif isinstance(value, float):
             point[key] = None if math.isnan(value) else float(value)
         else:
-            point[key] = value
+            point[key] = None if _is_missing(value) else value
     return point
+
+
+def _absent_points(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """The grid points without a result (failed job, missing file), in grid order."""
+    absent = rows[rows["status"].isin(ABSENT_STATUSES)]
+    return [
+        {
+            "batch_size": int(row["batch_size"]),
+            "num_workers": int(row["num_workers"]),
+            "seed": int(row["seed"]),
+            "status": row["status"],
+            "error": None if _is_missing(row["error"]) else str(row["error"]),
+        }
+        for _, row in absent.sort_values(["batch_size", "num_workers", "seed"]).iterrows()
+    ]
 
 
 def _sorted_sizes(rows: pd.DataFrame, status: str) -> list[int]:
@@ -157,6 +222,7 @@ def _recommend_group(key: tuple, rows: pd.DataFrame) -> dict[str, Any]:
         if (top["batch_size"], top["num_workers"]) != (best["batch_size"], best["num_workers"]):
             best_accuracy = top
     ok_sizes = _sorted_sizes(rows, "ok")
+    stall_fixes = _stall_fixes(points, best) if best else []
     rec = {
         "mode": mode,
         "model": model,
@@ -172,6 +238,8 @@ def _recommend_group(key: tuple, rows: pd.DataFrame) -> dict[str, Any]:
         "largest_ok_batch_size": ok_sizes[-1] if ok_sizes else None,
         "oom_batch_sizes": _sorted_sizes(rows, "oom"),
         "diverged_batch_sizes": _sorted_sizes(rows, "diverged"),
+        "absent_points": _absent_points(rows),
+        "stall_fixes": stall_fixes,
         "best_accuracy": best_accuracy,
         "env_mismatch_runs": _env_mismatches(rows),
         "evidence": _evidence(rows, best, runner_up, best_accuracy),
@@ -181,24 +249,43 @@ def _recommend_group(key: tuple, rows: pd.DataFrame) -> dict[str, Any]:
     return rec
 
 
+def _stall_fixes(points: pd.DataFrame, best: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Configurations at the best's batch size with fewer workers that were input-bound and
+    whose stall the best's worker count removed (the smallest that did)."""
+    fixes = []
+    same = points[
+        (points["batch_size"] == best["batch_size"]) & (points["num_workers"] < best["num_workers"])
+    ]
+    for _, row in same.sort_values("num_workers").iterrows():
+        point = _point(row)
+        if point["bound"] == "input" and point["stall_removed_by_workers"] == best["num_workers"]:
+            fixes.append(point)
+    return fixes
+
+
 def _env_mismatches(rows: pd.DataFrame) -> int:
+    """Runs measured in another environment (rows without a result have no fingerprint)."""
     if "env_matches_capture" not in rows:
         return 0
-    matches = rows["env_matches_capture"].astype(str).str.lower() == "true"
-    return int((~matches).sum())
+    return int((rows["env_matches_capture"].astype(str).str.lower() == "false").sum())
 
 
 def recommend(summary_df: pd.DataFrame) -> list[dict[str, Any]]:
     """One recommendation dict per mode x model (x dataset), sorted by those keys.
 
     Keys: mode, model, dataset, devices, n_runs, n_ok; best and runner_up (pooled configuration
-    dicts: batch_size, num_workers, samples_per_s, samples_per_s_min/_max over seeds, n_seeds,
-    n_failed (runs of it that did not finish ok), spread_pct, spread_source, step_time_ms_p50,
-    peak_mem_mb, data_wait_frac, val_accuracy, final_loss; None when absent); gap_pct (best vs
-    runner-up, % of the runner-up); noise_pct; within_noise; largest_ok_batch_size;
-    oom_batch_sizes; diverged_batch_sizes; best_accuracy (train, only when another configuration
-    than the best); env_mismatch_runs; evidence (one dict per run); recommendation (a sentence);
-    notes (more sentences).
+    dicts: batch_size, num_workers, samples_per_s (mean over ok seeds), samples_per_s_min/_max,
+    samples_per_s_ci95_low/_high (two or more seeds), samples_per_s_iqr (windows), n_seeds (ok
+    seeds), n_failed (runs of it that did not finish ok), spread_pct, spread_source (a
+    SPREAD_SOURCES key), noisy, bound, stall_removed_by_workers, step_time_ms_p50, peak_mem_mb
+    (max over seeds), data_wait_frac, val_accuracy, final_loss, achieved_tflops, peak_tflops, mfu,
+    flops_per_sample; None when absent); gap_pct (best vs runner-up, % of the runner-up);
+    noise_pct; within_noise; largest_ok_batch_size; oom_batch_sizes; diverged_batch_sizes;
+    absent_points (failed or missing grid points: batch_size, num_workers, seed, status, error);
+    stall_fixes (input-bound configurations at the best's batch size whose stall the best's
+    worker count removed); best_accuracy (train, only when another configuration than the best);
+    env_mismatch_runs; evidence (one dict per run); recommendation (a sentence); notes (more
+    sentences).
     """
     if summary_df.empty:
         return []
@@ -218,22 +305,36 @@ def _pct(value: float | None) -> str:
 
 
 def _seed_text(point: Mapping[str, Any]) -> str:
+    spread = point["spread_pct"]
     if point["n_seeds"] >= 2:
+        if point["samples_per_s_ci95_low"] is None:
+            return f"mean of {point['n_seeds']} seeds"
         return (
-            f"mean of {point['n_seeds']} seeds, {point['samples_per_s_min']:.1f}"
-            f"-{point['samples_per_s_max']:.1f} samples/s, spread {_pct(point['spread_pct'])}"
+            f"mean of {point['n_seeds']} seeds, 95% CI {point['samples_per_s_ci95_low']:.1f}"
+            f"-{point['samples_per_s_ci95_high']:.1f} samples/s (±{_pct(spread)})"
         )
-    return f"1 seed, step-time IQR {_pct(point['spread_pct'])} of the median"
+    if point["spread_source"] == "window_iqr":
+        return f"1 seed, median of the measurement windows, IQR {_pct(spread)} of the median"
+    if point["spread_source"] == "step_iqr":
+        return f"1 seed, step-time IQR {_pct(spread)} of the median"
+    return "1 seed, one measurement window: spread unknown"
+
+
+def _sources(*points: Mapping[str, Any] | None) -> str:
+    names = [SPREAD_SOURCES[p["spread_source"]] for p in points if p and p["spread_source"]]
+    return " and ".join(dict.fromkeys(names))
 
 
 def _sentence(rec: Mapping[str, Any]) -> str:
     """The one-sentence recommendation (two when the runner-up needs comparing)."""
     best, runner = rec["best"], rec["runner_up"]
     if best is None:
+        statuses = [p["status"] for p in rec["absent_points"]]
         return (
             f"No grid point ran ok for {rec['mode']} / {rec['model']} "
             f"({rec['n_runs']} runs: {len(rec['oom_batch_sizes'])} batch size(s) hit OOM, "
-            f"{len(rec['diverged_batch_sizes'])} diverged), so there is no recommendation."
+            f"{len(rec['diverged_batch_sizes'])} diverged, {statuses.count('failed')} run(s) "
+            f"failed, {statuses.count('missing')} missing), so there is no recommendation."
         )
     text = f"Use {_config(best)}: {best['samples_per_s']:.1f} samples/s ({_seed_text(best)})."
     if runner is None:
@@ -241,14 +342,15 @@ def _sentence(rec: Mapping[str, Any]) -> str:
     versus = f"the runner-up ({_config(runner)}, {runner['samples_per_s']:.1f} samples/s)"
     if rec["within_noise"] is None:
         return text + f" It is {rec['gap_pct']:.1f}% faster than {versus}; spread unknown."
+    sources = _sources(best, runner)
     if rec["within_noise"]:
         return text + (
             f" But {versus} is within noise: the gap of {rec['gap_pct']:.1f}% is smaller than "
-            f"the measured spread of {rec['noise_pct']:.1f}%, so treat them as equal."
+            f"the measured spread of {rec['noise_pct']:.1f}% ({sources}), so treat them as equal."
         )
     return text + (
         f" It is {rec['gap_pct']:.1f}% faster than {versus}, more than the measured spread "
-        f"of {rec['noise_pct']:.1f}%."
+        f"of {rec['noise_pct']:.1f}% ({sources})."
     )
 
 
@@ -259,9 +361,81 @@ def _quality(point: Mapping[str, Any]) -> str:
     return f"validation accuracy {acc_text}, final loss {loss_text}"
 
 
+def _diagnosis(rec: Mapping[str, Any]) -> str:
+    """What limits the recommended point, and which worker count removed an input stall."""
+    best = rec["best"]
+    wait, limit = best["data_wait_frac"], aggregate.INPUT_BOUND_FRAC
+    if best["bound"] is None:
+        return "Diagnosis: unknown (no data wait measured)."
+    if best["bound"] == "input":
+        text = (
+            f"Diagnosis: input-bound (data wait {wait:.3f} of the step time, over {limit:g}): "
+            "the model waits for the input pipeline"
+        )
+        fixed = best["stall_removed_by_workers"]
+        if fixed == aggregate.NO_WORKERS or fixed is None:
+            return text + "; no larger worker count measured removed the stall (more workers "
+            "or a cheaper input pipeline may help)."
+        return text + f"; num_workers={fixed} removed the stall at this batch size."
+    text = f"Diagnosis: compute-bound (data wait {wait:.3f} of the step time, at most {limit:g})"
+    fixes = rec["stall_fixes"]
+    if fixes:
+        before = ", ".join(
+            f"num_workers={p['num_workers']} (data wait {p['data_wait_frac']:.3f})" for p in fixes
+        )
+        verb = "was" if len(fixes) == 1 else "were"
+        return text + (
+            f"; at this batch size {before} {verb} input-bound, and "
+            f"num_workers={best['num_workers']} removed the stall."
+        )
+    return text + "."
+
+
+def _compute_note(best: Mapping[str, Any]) -> str | None:
+    """Achieved TFLOP/s and model FLOPs utilisation at the recommended point, when measured."""
+    achieved, mfu = best.get("achieved_tflops"), best.get("mfu")
+    if achieved is None and mfu is None:
+        return None
+    parts = []
+    if achieved is not None:
+        parts.append(f"{achieved:.3g} TFLOP/s achieved")
+    if mfu is not None:
+        peak = best.get("peak_tflops")
+        of_peak = f" of the {peak:.3g} TFLOP/s peak" if peak is not None else ""
+        parts.append(f"MFU {100 * mfu:.1f}%{of_peak}")
+    return "Compute at the recommended point: " + ", ".join(parts) + "."
+
+
+def _absent_note(rec: Mapping[str, Any]) -> str | None:
+    """One sentence listing the grid points without a result, with each one's error."""
+    absent = rec["absent_points"]
+    if not absent:
+        return None
+    items = []
+    for point in absent:
+        item = (
+            f"batch_size={point['batch_size']}, num_workers={point['num_workers']}, "
+            f"seed {point['seed']}: {point['status']}"
+        )
+        error = point["error"]
+        if error:
+            cut = error if len(error) <= ERROR_CHARS else error[: ERROR_CHARS - 3] + "..."
+            item += f" ({cut})"
+        elif point["status"] == aggregate.MISSING:
+            item += " (no result, no log)"
+        items.append(item)
+    return (
+        f"Not measured: {len(absent)} of {rec['n_runs']} grid points failed or are missing, so "
+        f"the recommendation is among those that finished: {'; '.join(items)}."
+    )
+
+
 def _notes(rec: Mapping[str, Any]) -> list[str]:
     """Supporting facts, one sentence each."""
     notes = []
+    absent = _absent_note(rec)
+    if absent:
+        notes.append(absent)
     largest = rec["largest_ok_batch_size"]
     notes.append(
         f"Largest batch size that ran ok: {largest}." if largest else "No batch size ran ok."
@@ -275,10 +449,11 @@ def _notes(rec: Mapping[str, Any]) -> list[str]:
         mem = "n/a" if best["peak_mem_mb"] is None else f"{best['peak_mem_mb']:.0f} MB"
         wait = best["data_wait_frac"]
         wait_text = "n/a" if wait is None else f"{wait:.3f} of the step time"
-        note = f"At the recommended point: peak memory {mem}, data wait {wait_text}"
-        if wait is not None and wait >= LOADER_BOUND_FRAC:
-            note += " (the input pipeline is a bottleneck: more workers may help)"
-        notes.append(note + ".")
+        notes.append(f"At the recommended point: peak memory {mem}, data wait {wait_text}.")
+        notes.append(_diagnosis(rec))
+        compute = _compute_note(best)
+        if compute:
+            notes.append(compute)
         if best["n_failed"]:
             notes.append(
                 f"Caution: {best['n_failed']} other run(s) of the recommended configuration "
@@ -286,8 +461,9 @@ def _notes(rec: Mapping[str, Any]) -> list[str]:
             )
         if best["spread_pct"] is not None and best["spread_pct"] > NOISY_PCT:
             notes.append(
-                f"Its spread ({best['spread_pct']:.1f}%) is over {NOISY_PCT:.0f}%: a noisy "
-                "measurement; more measured steps or seeds would firm it up."
+                f"Its spread ({best['spread_pct']:.1f}%, {SPREAD_SOURCES[best['spread_source']]}) "
+                f"is over {NOISY_PCT:.0f}%: a noisy measurement; more measured steps or seeds "
+                "would firm it up."
             )
         if rec["mode"] == "train":
             notes.append(f"Model quality at the recommended point: {_quality(best)}.")
@@ -308,13 +484,14 @@ def _notes(rec: Mapping[str, Any]) -> list[str]:
 
 
 def _evidence(rows: pd.DataFrame, best, runner_up, best_accuracy) -> list[dict[str, Any]]:
-    """Every run of the group, with its step-time IQR in % and a note on the chosen ones."""
+    """Every run of the group (failed and missing ones too), with its throughput windows' IQR
+    in % of the median and a note on the chosen ones."""
     labels: dict[tuple, list[str]] = {}
     for name, point in (("best", best), ("runner-up", runner_up), ("best accuracy", best_accuracy)):
         if point:
             labels.setdefault((point["batch_size"], point["num_workers"]), []).append(name)
     table = rows.sort_values(["batch_size", "num_workers", "seed"]).assign(
-        step_iqr_pct=lambda d: 100 * d["step_time_ms_iqr"] / d["step_time_ms_p50"]
+        window_iqr_pct=lambda d: 100 * d["samples_per_s_iqr"] / d["samples_per_s"]
     )
     evidence = []
     for _, row in table.iterrows():

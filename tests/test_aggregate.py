@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -254,3 +259,266 @@ def test_written_tables_feed_recommend_and_plots(tmp_path):
     figures = plots.all_figures(summary, curves)
     assert "OOM" in [t.get_text() for t in figures["throughput.png"].findobj(plt.Text)]
     plt.close("all")
+
+
+def test_mean_ci_is_the_student_t_interval():
+    mean, low, high = aggregate.mean_ci([90.0, 100.0, 110.0])
+    # sd 10, n 3, t(2) = 4.302653: half-width 4.302653 * 10 / sqrt(3) = 24.8414
+    assert mean == 100.0
+    assert (low, high) == (pytest.approx(75.1586, abs=1e-4), pytest.approx(124.8414, abs=1e-4))
+    mean, low, high = aggregate.mean_ci([1.0, 2.0])  # t(1) = 12.7062, sd 0.7071, n 2
+    assert (low, high) == (pytest.approx(1.5 - 6.3531, abs=1e-4), pytest.approx(7.8531, abs=1e-4))
+    mean, low, high = aggregate.mean_ci([5.0, None, float("nan")])
+    assert mean == 5.0 and math.isnan(low) and math.isnan(high)  # one value: no interval
+    assert all(math.isnan(v) for v in aggregate.mean_ci([]))
+
+
+def test_points_pool_seeds_with_confidence_intervals(tmp_path):
+    paths = [
+        write_run(tmp_path, seed=s, samples_per_s=v, val_accuracy=a, final_loss=loss)
+        for s, v, a, loss in ((0, 900.0, 0.5, 1.2), (1, 1000.0, 0.6, 1.0), (2, 1100.0, 0.7, 0.8))
+    ]
+    paths.append(write_run(tmp_path, batch_size=128, samples_per_s=1500.0, peak_mem_mb=180.0))
+    paths.append(write_run(tmp_path, batch_size=256, samples_per_s=1600.0, peak_mem_mb=300.0))
+    paths.append(
+        write_run(
+            tmp_path, batch_size=256, seed=1, status="oom", samples_per_s=None, peak_mem_mb=None
+        )
+    )
+    points = aggregate.summarize_points(aggregate.collect(paths)).set_index("batch_size")
+
+    assert points.loc[64, ["n_seeds", "n_ok", "status"]].tolist() == [3, 3, "ok"]
+    half = 4.302652729749464 * 100.0 / math.sqrt(3)
+    assert points.loc[64, "samples_per_s_mean"] == pytest.approx(1000.0)
+    assert points.loc[64, "samples_per_s_ci95_low"] == pytest.approx(1000.0 - half)
+    assert points.loc[64, "samples_per_s_ci95_high"] == pytest.approx(1000.0 + half)
+    assert points.loc[64, "val_accuracy_ci95_high"] == pytest.approx(0.6 + half / 1000)
+    assert points.loc[64, "final_loss_ci95_low"] == pytest.approx(1.0 - 2 * half / 1000)
+    # one seed: the mean is that seed, the interval is empty
+    assert points.loc[128, "samples_per_s_mean"] == 1500.0
+    assert points.loc[128, ["samples_per_s_ci95_low", "samples_per_s_ci95_high"]].isna().all()
+    assert points.loc[128, "peak_mem_mb_mean"] == 180.0
+    # a seed that failed counts in n_seeds, not in the means
+    assert points.loc[256, ["n_seeds", "n_ok", "status", "failed_seeds"]].tolist() == [
+        2,
+        1,
+        "mixed",
+        "1:oom",
+    ]
+    assert points.loc[256, "samples_per_s_mean"] == 1600.0
+    assert points.loc[256, "peak_mem_mb_mean"] == 300.0
+
+
+def test_diagnosis_input_or_compute_bound_and_which_workers_removed_the_stall(tmp_path):
+    waits = {  # (batch_size, num_workers, seed): data_wait_frac
+        (64, 0, 0): 0.5,
+        (64, 1, 0): 0.3,
+        (64, 2, 0): 0.1,
+        (64, 4, 0): 0.05,
+        (64, 0, 1): 0.5,
+        (64, 2, 1): 0.25,  # seed 1: two workers did not remove the stall ...
+        (64, 4, 1): 0.2,  # ... four did (0.2 is not over the threshold)
+        (128, 0, 0): 0.6,
+        (128, 2, 0): 0.4,
+    }
+    paths = [
+        write_run(tmp_path, batch_size=b, num_workers=w, seed=s, data_wait_frac=wait)
+        for (b, w, s), wait in waits.items()
+    ]
+    paths.append(write_run(tmp_path, batch_size=256, status="oom", data_wait_frac=None))
+    summary = aggregate.collect(paths)
+    assert aggregate.INPUT_BOUND_FRAC == 0.2
+    got = {
+        (r.batch_size, r.num_workers, r.seed): tuple(
+            None if pd.isna(v) else v for v in (r.bound, r.stall_removed_by_workers)
+        )
+        for r in summary.itertuples()
+    }
+    assert got == {
+        (64, 0, 0): ("input", 2),
+        (64, 1, 0): ("input", 2),
+        (64, 2, 0): ("compute", None),
+        (64, 4, 0): ("compute", None),
+        (64, 0, 1): ("input", 4),
+        (64, 2, 1): ("input", 4),
+        (64, 4, 1): ("compute", None),
+        (128, 0, 0): ("input", "none"),
+        (128, 2, 0): ("input", "none"),
+        (256, 0, 0): (None, None),  # did not run ok: no diagnosis
+    }
+    # over seeds: nw2 at bs 64 waits (0.1 + 0.25) / 2 = 0.175 on average, so it is compute-bound
+    points = aggregate.summarize_points(summary).set_index(["batch_size", "num_workers"])
+    assert points.loc[(64, 0), ["bound", "stall_removed_by_workers"]].tolist() == ["input", 2]
+    assert points.loc[(64, 2), "data_wait_frac_mean"] == pytest.approx(0.175)
+    assert points.loc[(64, 2), "bound"] == "compute"
+    assert points.loc[(128, 0), "stall_removed_by_workers"] == "none"
+    assert pd.isna(points.loc[(256, 0), "bound"])
+
+
+def test_missing_and_failed_points_become_rows(tmp_path, capsys):
+    runs = tmp_path / "runs" / "train" / "small_cnn"
+    done = [write_run(tmp_path / "runs", batch_size=b) for b in (32, 64)]
+    failed, missing = runs / "bs128_nw0_seed0.json", runs / "bs256_nw0_seed0.json"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "failed.log").write_text(
+        "batchscope bench: train small_cnn on synthetic, batch_size=128\n"
+        "train bs=128 nw=0:  10%|#         | 1/10\r"
+        "train bs=128 nw=0:  20%|##        | 2/10\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "  RuntimeError: CUDA error: an illegal memory access was encountered   \n"
+        "\n   \n"
+    )
+    log_paths = [logs / "a.log", logs / "b.log", logs / "failed.log", logs / "missing.log"]
+    out = tmp_path / "out"
+    argv = ["--results", *map(str, [*done, failed, missing]), "--allow-missing"]
+    argv += ["--logs", *map(str, log_paths), "--env", str(write_env(tmp_path))]
+    argv += ["--summary", str(out / "s.csv"), "--curves", str(out / "c.csv")]
+    argv += ["--by-point", str(out / "p.csv")]
+
+    assert aggregate.main(argv) == 0
+
+    summary = pd.read_csv(out / "s.csv").set_index("batch_size")
+    assert summary["status"].to_dict() == {32: "ok", 64: "ok", 128: "failed", 256: "missing"}
+    assert summary.loc[128, "error"] == (
+        "RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
+    assert pd.isna(summary.loc[256, "error"])
+    assert summary.loc[128, ["mode", "model", "dataset", "num_workers", "seed"]].tolist() == [
+        "train",
+        "small_cnn",
+        "synthetic",  # the dataset of the results that exist
+        0,
+        0,
+    ]
+    assert summary.loc[[128, 256], ["samples_per_s", "env_fingerprint"]].isna().all(axis=None)
+    assert summary["env_matches_capture"].tolist() == [True, True, np.nan, np.nan]
+    points = pd.read_csv(out / "p.csv").set_index("batch_size")
+    assert points.loc[128, ["status", "n_ok", "failed_seeds"]].tolist() == ["failed", 0, "0:failed"]
+    assert points.loc[256, "status"] == "missing"
+    curves = pd.read_csv(out / "c.csv")
+    assert sorted(set(curves["batch_size"])) == [32, 64]
+    err = capsys.readouterr().err
+    assert "aggregated 2 results (1 failed, 1 missing)" in err
+    assert "WARNING" not in err  # rows without a result are not an environment mismatch
+
+
+def test_missing_result_is_an_error_unless_allowed(tmp_path):
+    present = write_run(tmp_path, batch_size=32)
+    absent = tmp_path / "train" / "small_cnn" / "bs64_nw0_seed0.json"
+    with pytest.raises(FileNotFoundError):
+        aggregate.read_grid([present, absent])
+    pairs, rows = aggregate.read_grid([present, absent], allow_missing=True, dataset="cifar10")
+    assert len(pairs) == 1
+    assert rows == [
+        {
+            "mode": "train",
+            "model": "small_cnn",
+            "dataset": "cifar10",
+            "batch_size": 64,
+            "num_workers": 0,
+            "seed": 0,
+            "status": "missing",
+            "error": None,
+        }
+    ]
+
+
+def test_logs_must_parallel_results(tmp_path, capsys):
+    path = write_run(tmp_path)
+    argv = ["--results", str(path), "--logs", "a.log", "b.log", "--env", "e.json"]
+    with pytest.raises(SystemExit):
+        aggregate.main([*argv, "--summary", "s.csv", "--curves", "c.csv"])
+    assert "one log per result" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="one log per result"):
+        aggregate.read_grid([path], ["a.log", "b.log"])
+
+
+def test_grid_point_of_a_path_follows_the_workflow_naming():
+    grid = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_nw4_seed3.json")
+    assert grid == {
+        "mode": "infer",
+        "model": "resnet18",
+        "batch_size": 512,
+        "num_workers": 4,
+        "seed": 3,
+    }
+    with pytest.raises(ValueError, match="cannot tell its grid point"):
+        aggregate.grid_of_path("results/runs/infer/resnet18/result.json")
+
+
+def test_throughput_windows_are_one_cell(tmp_path):
+    paths = [
+        write_run(tmp_path, samples_per_s_windows=[990.5, 1000.0, 1012.25], noisy=False),
+        write_run(tmp_path, batch_size=128, samples_per_s_windows=[2000.0], noisy=None),
+    ]
+    out = tmp_path / "out"
+    argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path))]
+    argv += ["--summary", str(out / "s.csv"), "--curves", str(out / "c.csv")]
+    assert aggregate.main(argv) == 0
+    summary = pd.read_csv(out / "s.csv", dtype={"samples_per_s_windows": str})
+    assert summary["samples_per_s_windows"].tolist() == ["990.5;1000.0;1012.25", "2000.0"]
+    assert not (out / "p.csv").exists()  # --by-point is optional
+
+
+def test_reporting_modules_do_not_import_torch():
+    """The report conda env has no torch: aggregate, plots and recommend must not need it."""
+    code = (
+        "import sys\n"
+        "import batchscope.aggregate, batchscope.plots, batchscope.recommend\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+def test_partial_tables_feed_recommend_and_plots(tmp_path):
+    """Failed and missing points reach the recommendation and the figures from the CSVs."""
+    import matplotlib.pyplot as plt
+
+    from batchscope import plots, recommend
+
+    runs = tmp_path / "runs"
+    paths = [write_run(runs, batch_size=b, samples_per_s=10.0 * b) for b in (16, 32)]
+    folder = runs / "train" / "small_cnn"
+    paths += [folder / "bs64_nw0_seed0.json", folder / "bs128_nw0_seed0.json"]
+    log_dir = tmp_path / "logs" / "bench"
+    log = log_dir / "train" / "small_cnn" / "bs64_nw0_seed0.log"  # laid out as the results
+    log.parent.mkdir(parents=True)
+    log.write_text("Killed\n")
+    assert aggregate.log_path(log_dir, paths[2]) == log
+    out = tmp_path / "out"
+    argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path)), "--allow-missing"]
+    argv += ["--log-dir", str(log_dir)]
+    argv += ["--summary", str(out / "s.csv"), "--curves", str(out / "c.csv")]
+    assert aggregate.main(argv) == 0
+
+    summary, curves = pd.read_csv(out / "s.csv"), pd.read_csv(out / "c.csv")
+    (rec,) = recommend.recommend(summary)
+    assert rec["best"]["batch_size"] == 32 and rec["env_mismatch_runs"] == 0
+    assert [(p["batch_size"], p["status"], p["error"]) for p in rec["absent_points"]] == [
+        (64, "failed", "Killed"),
+        (128, "missing", None),
+    ]
+    figures = plots.all_figures(summary, curves)
+    marks = [t.get_text() for t in figures["throughput.png"].findobj(plt.Text)]
+    assert "failed" in marks and "missing" in marks
+    plt.close("all")
+
+
+def test_rows_are_held_against_the_compute_only_ceiling(tmp_path):
+    from batchscope.aggregate import add_ceiling
+
+    summary = pd.DataFrame(
+        {"mode": ["train", "train"], "model": ["m", "m"], "batch_size": [8, 16],
+         "num_workers": [0, 0], "samples_per_s": [50.0, 90.0]}
+    )  # fmt: skip
+    path = tmp_path / "bs8.json"
+    results.write_json(
+        path, {"mode": "train", "model": "m", "batch_size": 8, "samples_per_s": 200.0}
+    )
+    out = add_ceiling(summary, [path])
+    assert out.loc[0, "ceiling_samples_per_s"] == 200.0
+    assert out.loc[0, "frac_of_ceiling"] == 0.25
+    assert pd.isna(out.loc[1, "frac_of_ceiling"])  # no ceiling run for batch 16
+    assert add_ceiling(summary, []).equals(summary)

@@ -112,3 +112,36 @@ def test_a_write_that_runs_out_of_space_leaves_no_result_and_keeps_the_old_one(t
     results.write_json(target, {"status": "ok"})
     _write_under_file_size_limit(target, 4096)
     assert json.loads(target.read_text()) == {"status": "ok"}  # the finished one is intact
+
+
+def test_a_failed_grid_point_does_not_stop_the_others_and_is_listed_in_a_partial_report(tmp_path):
+    config = write_config(
+        tmp_path,
+        dataset={"name": "synthetic", "channels": 1, "image_size": 16, "num_samples": 256},
+        models=["small_cnn"],
+        modes=["infer"],
+        batch_sizes=[8, 16, 200],  # 256 samples hold one batch of 200: nothing to measure
+        num_workers=[0],
+        seeds=[0],
+        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0},
+    )
+    first = subprocess.run(_snakemake_cmd(tmp_path, config, "--cores", "2"), env=_env(),
+                           capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert first.returncode != 0  # one job failed ...
+    runs = tmp_path / "results" / "runs" / "infer" / "small_cnn"
+    assert sorted(p.name for p in runs.glob("*.json")) == [
+        "bs16_nw0_seed0.json",
+        "bs8_nw0_seed0.json",
+    ]
+    assert not (tmp_path / "results" / "summary.csv").exists()  # ... the others still ran
+
+    partial = subprocess.run(
+        _snakemake_cmd(tmp_path, config, "--cores", "2", "--config", "partial=True"),
+        env=_env(), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "results" / "summary.csv").set_index("batch_size")
+    assert list(summary["status"]) == ["ok", "ok", "failed"]
+    assert summary.loc[200, "error"].startswith("batchscope bench: error: batch_size 200 gives 1")
+    recommendation = (tmp_path / "results" / "recommendation.md").read_text()
+    assert "200" in recommendation and "failed" in recommendation

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.collections import LineCollection
 
 from batchscope import plots
 
@@ -101,13 +104,197 @@ def test_throughput_marks_oom_and_uses_actual_batch_sizes():
     assert [1024.0] in marked
 
 
-def test_throughput_line_is_mean_over_seeds():
+def _error_bars(ax) -> list[tuple[float, float, float]]:
+    """(x, bottom, top) of every vertical error bar on ``ax``, sorted."""
+    bars = []
+    for collection in ax.collections:
+        if isinstance(collection, LineCollection):
+            for (x0, y0), (x1, y1) in collection.get_segments():
+                if x0 == x1:
+                    bars.append((float(x0), float(min(y0, y1)), float(max(y0, y1))))
+    return sorted(bars)
+
+
+def _line(ax, workers: int):
+    (line,) = [line for line in ax.lines if line.get_gid() == f"workers={workers}"]
+    return line
+
+
+def test_throughput_line_is_mean_over_seeds_with_a_confidence_interval():
     summary = sweep(modes=("infer",), sizes=(8, 16), seeds=(0, 1, 2))
     fig = plots.throughput_figure(summary)
-    assert "mean ± sd over seeds" in fig.texts[0].get_text()
-    line = next(line for line in fig.axes[0].lines if len(line.get_xdata()) == 2)
+    assert "95% CI of the mean over seeds" in fig.texts[0].get_text()
+    ax = fig.axes[0]
+    line = _line(ax, 0)
     # workers 0, sizes 8 and 16, seeds add 0/1/2 -> mean adds 1
     assert list(line.get_ydata()) == [81.0, 161.0]
+    # seeds 80, 81, 82: sd 1, t(2) = 4.3027, half-width 4.3027 / sqrt(3)
+    half = 4.302652729749464 / 3**0.5
+    bars = _error_bars(ax)
+    assert len(bars) == 4  # two sizes x two worker counts
+    assert bars[0] == (8.0, pytest.approx(81.0 - half), pytest.approx(81.0 + half))
+    assert bars[1] == (8.0, pytest.approx(83.0 - half), pytest.approx(83.0 + half))
+
+
+def test_single_seed_error_bars_are_the_window_iqr_and_noisy_points_are_hollow():
+    summary = pd.DataFrame([run("infer", batch_size=b) for b in (8, 16, 32)]).assign(
+        samples_per_s=[1000.0, 2000.0, 2500.0],
+        samples_per_s_iqr=[40.0, 100.0, 500.0],
+        noisy=[False, False, True],
+    )
+    fig = plots.throughput_figure(summary)
+    assert "one seed: median ± IQR/2 of the measurement windows" in fig.texts[0].get_text()
+    assert "CI" not in fig.texts[0].get_text()
+    ax = fig.axes[0]
+    assert _error_bars(ax) == [(8.0, 980.0, 1020.0), (16.0, 1950.0, 2050.0), (32.0, 2250.0, 2750.0)]
+    (hollow,) = [c for c in ax.collections if c.get_gid() == "noisy"]
+    assert hollow.get_offsets().tolist() == [[32.0, 2500.0]]
+    assert tuple(hollow.get_facecolors()[0]) == (1.0, 1.0, 1.0, 1.0)
+    assert plots.NOISY_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_failed_and_missing_points_are_marked_everywhere():
+    summary = pd.concat(
+        [
+            sweep(modes=("train",), sizes=(32, 64), oom=128),
+            pd.DataFrame([run(batch_size=256, status="failed")]),
+            pd.DataFrame([run(batch_size=256, num_workers=2, status="missing")]),
+        ],
+        ignore_index=True,
+    )
+    for figure in (plots.throughput_figure, plots.peak_memory_figure, plots.val_accuracy_figure):
+        (ax,) = figure(summary).axes
+        labels = [t.get_text() for t in ax.texts]
+        assert {"OOM", "failed", "missing"} <= set(labels)
+        assert {"failed", "missing"} <= {t.get_text() for t in ax.get_legend().get_texts()}
+        assert 256 in ax.get_xticks()
+    heat = plots.data_wait_figure(summary).axes[0]
+    cells = [t.get_text() for t in heat.texts]
+    assert cells.count("failed") == 1 and cells.count("missing") == 1
+    found = texts(plots.loss_curves_figure(curves_for(summary), summary))
+    assert "failed (no result): batch size 256" in found
+    assert "missing (no result): batch size 256" in found
+    assert "OOM (no steps): batch size 128" in found
+
+
+def breakdown_rows(mode: str, batch_size: int, num_workers: int, seed: int = 0, **parts):
+    """A summary row with a step-time breakdown whose parts add up to step_time_ms_mean."""
+    times = {
+        "time_runner_ms": 0.5,
+        "time_data_wait_ms": 4.0 / (num_workers + 1),
+        "time_h2d_ms": 0.25,
+        "time_forward_ms": batch_size / 8 + seed,
+        "time_backward_ms": batch_size / 4 if mode == "train" else np.nan,
+        "time_optimizer_ms": 1.0 if mode == "train" else np.nan,
+        "time_other_ms": 0.75,
+        **parts,
+    }
+    step = sum(v for v in times.values() if not np.isnan(v))
+    row = run(mode, batch_size=batch_size, num_workers=num_workers, seed=seed)
+    return {**row, **times, "step_time_ms_mean": step}
+
+
+def _stacks(ax) -> dict[float, float]:
+    """Bar centre -> summed height of the bars stacked there."""
+    totals: dict[float, float] = {}
+    for patch in ax.patches:
+        centre = round(patch.get_x() + patch.get_width() / 2, 6)
+        totals[centre] = totals.get(centre, 0.0) + patch.get_height()
+    return totals
+
+
+def test_breakdown_bars_add_up_to_the_mean_step_time():
+    rows = [
+        breakdown_rows(mode, b, w, seed)
+        for mode in ("train", "infer")
+        for b in (16, 64)
+        for w in (0, 2)
+        for seed in (0, 1)
+    ]
+    rows.append(run("train", batch_size=128, num_workers=0, status="failed"))
+    summary = pd.DataFrame(rows)
+    fig = plots.breakdown_figure(summary)
+    assert [ax.get_title() for ax in fig.axes] == [
+        "infer / small_cnn (synthetic)",
+        "train / small_cnn (synthetic)",
+    ]
+    for ax, mode in zip(fig.axes, ("infer", "train"), strict=True):
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        expected = ["16/0", "16/2", "64/0", "64/2"] + (["128/0"] if mode == "train" else [])
+        assert ticks == expected
+        stacks = _stacks(ax)
+        assert len(stacks) == 4  # the failed point has no bar, only its label
+        ok = summary[(summary["mode"] == mode) & (summary["status"] == "ok")]
+        want = ok.groupby(["batch_size", "num_workers"])["step_time_ms_mean"].mean().tolist()
+        assert [stacks[x] for x in sorted(stacks)] == pytest.approx(want)
+        stacked = [bars.get_label() for bars in ax.containers]
+        parts = ["runner", "data wait", "host-to-device copy", "forward"]
+        parts += ["backward", "optimizer"] if mode == "train" else []
+        assert stacked == [*parts, "other"]  # bottom to top; infer has no backward, optimizer
+        # the dash marking the step time sits on top of each stack
+        (dashes,) = [c for c in ax.collections if c.get_label() == "mean step time"]
+        assert dashes.get_offsets()[:, 1].tolist() == pytest.approx(want)
+    assert "failed" in [t.get_text() for t in fig.axes[1].texts]
+    (legend,) = fig.legends  # one for all panels, top of the stack first
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "other",
+        "optimizer",
+        "backward",
+        "forward",
+        "host-to-device copy",
+        "data wait",
+        "runner",
+        "mean step time",
+    ]
+
+
+def test_breakdown_without_timings_says_so():
+    assert plots.NO_BREAKDOWN in texts(plots.breakdown_figure(sweep(modes=("infer",))))
+
+
+def write_search(path, limit=3000, mode="train", model="small_cnn"):
+    search = {
+        "mode": mode,
+        "model": model,
+        "limit": limit,
+        "usable_mb": 5000.0,
+        "curve": [{"batch_size": b, "peak_mem_mb": 100 + 1.6 * b} for b in (1, 2, 4, 2048, limit)],
+        "trials": [
+            {"batch_size": 4096, "fits": False, "peak_mem_mb": 6600.0, "status": "oom"},
+            {"batch_size": 8192, "fits": False, "peak_mem_mb": None, "status": "oom"},
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(search))
+    return path
+
+
+def test_memory_figure_marks_the_largest_batch_that_fits(tmp_path):
+    summary = sweep(modes=("train", "infer"), sizes=(32, 64), oom=128)
+    search = plots.read_maxbatch([write_search(tmp_path / "maxbatch" / "train" / "x.json")])
+    assert list(search) == [("train", "small_cnn")]
+    fig = plots.peak_memory_figure(summary, search)
+    infer, train = fig.axes
+    limits = [line for line in train.lines if line.get_label() == plots.LIMIT_LABEL]
+    assert len(limits) == 1 and list(limits[0].get_xdata()) == [3000, 3000]
+    assert "largest batch that fits: 3000" in [t.get_text() for t in train.texts]
+    (trials,) = [line for line in train.lines if line.get_label() == "search trials that ran"]
+    assert list(trials.get_xdata()) == [1, 2, 4, 2048, 3000]
+    (misses,) = [c for c in train.collections if c.get_label() == "search trials that did not fit"]
+    assert misses.get_offsets().tolist() == [[4096.0, 6600.0]]
+    assert 3000 in train.get_xticks() and train.get_xlim()[1] > 4096
+    assert not [line for line in infer.lines if line.get_label() == plots.LIMIT_LABEL]
+    # without a search file nothing is drawn
+    plain = plots.peak_memory_figure(summary).axes[1]
+    assert not [line for line in plain.lines if line.get_label() == plots.LIMIT_LABEL]
+
+
+def test_search_files_are_matched_by_path_without_mode_keys(tmp_path):
+    path = write_search(tmp_path / "maxbatch" / "infer" / "resnet18.json")
+    data = json.loads(path.read_text())
+    del data["mode"], data["model"]
+    path.write_text(json.dumps(data))
+    assert list(plots.read_maxbatch([path])) == [("infer", "resnet18")]
 
 
 def test_panel_without_successful_runs_still_shows_the_failures():
@@ -169,18 +356,37 @@ def test_empty_sweep_gives_placeholders():
 
 
 def test_main_writes_every_png(tmp_path):
-    summary = sweep(modes=("infer",), sizes=(4, 8))
+    summary = pd.DataFrame(
+        [breakdown_rows(mode, b, w) for mode in ("train", "infer") for b in (4, 8) for w in (0, 2)]
+    )
     summary_csv, curves_csv = tmp_path / "summary.csv", tmp_path / "curves.csv"
     summary.to_csv(summary_csv, index=False)
     curves_for(summary).to_csv(curves_csv, index=False)
     outdir = tmp_path / "plots"
+    search = write_search(tmp_path / "maxbatch" / "train" / "small_cnn.json", limit=16)
 
     argv = ["--summary", str(summary_csv), "--curves", str(curves_csv), "--outdir", str(outdir)]
-    assert plots.main(argv) == 0
+    assert plots.main([*argv, "--maxbatch", str(search)]) == 0
 
-    names = {"throughput.png", "peak_memory.png", "data_wait.png"}
+    names = {"throughput.png", "peak_memory.png", "data_wait.png", "breakdown.png"}
     names |= {"loss_curves.png", "val_accuracy.png"}
     assert {p.name for p in outdir.iterdir()} == names
     for name in names:
         data = (outdir / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000
+    assert plots.main(argv) == 0  # --maxbatch is optional
+
+
+def test_throughput_draws_the_compute_only_ceiling_when_known():
+    from batchscope import plots
+
+    summary = pd.DataFrame(
+        {"mode": "infer", "model": "m", "dataset": "d", "batch_size": [8, 16], "num_workers": 0,
+         "seed": 0, "status": "ok", "samples_per_s": [50.0, 80.0], "samples_per_s_iqr": 1.0,
+         "noisy": False, "ceiling_samples_per_s": [200.0, 300.0]}
+    )  # fmt: skip
+    fig = plots.throughput_figure(summary)
+    lines = [ln for ln in fig.axes[0].get_lines() if "ceiling" in str(ln.get_label())]
+    assert len(lines) == 1 and list(lines[0].get_ydata()) == [200.0, 300.0]
+    no_ceiling = plots.throughput_figure(summary.drop(columns="ceiling_samples_per_s"))
+    assert not [ln for ln in no_ceiling.axes[0].get_lines() if "ceiling" in str(ln.get_label())]

@@ -25,10 +25,18 @@ def run(
     iqr_ms=1.0,
     val_accuracy=0.5,
     final_loss=1.0,
+    window_iqr_pct=None,
+    data_wait=0.05,
+    error=None,
+    **extra,
 ):
-    """One summary row; p50 is 100 ms, so ``iqr_ms`` is also the spread in %."""
+    """One summary row; p50 is 100 ms, so ``iqr_ms`` is also the step-time spread in %.
+    ``window_iqr_pct`` sets ``samples_per_s_iqr`` (the windows' spread) as a % of throughput;
+    without it the row has no such value (as results from before the windows); ``extra`` adds
+    or overrides columns."""
     ok = status == "ok"
     train = mode == "train"
+    windows = np.nan if window_iqr_pct is None or not ok else samples_per_s * window_iqr_pct / 100
     return {
         "mode": mode,
         "model": model,
@@ -38,15 +46,17 @@ def run(
         "seed": seed,
         "device": "cuda:0",
         "status": status,
-        "error": None if ok else "CUDA out of memory",
+        "error": error if error or ok else "CUDA out of memory",
         "samples_per_s": samples_per_s if ok else np.nan,
+        "samples_per_s_iqr": windows,
         "step_time_ms_p50": 100.0 if ok else np.nan,
         "step_time_ms_iqr": iqr_ms if ok else np.nan,
         "peak_mem_mb": 10.0 * batch_size if ok else np.nan,
-        "data_wait_frac": 0.05 if ok else np.nan,
+        "data_wait_frac": data_wait if ok else np.nan,
         "final_loss": final_loss if ok and train else np.nan,
         "val_accuracy": val_accuracy if ok and train else np.nan,
-        "env_fingerprint": ENV["fingerprint"],
+        "env_fingerprint": ENV["fingerprint"] if status not in ("failed", "missing") else None,
+        **extra,
     }
 
 
@@ -86,39 +96,201 @@ def test_picks_best_and_reports_failures():
     assert len(rec["evidence"]) == 7
 
 
-def test_close_points_are_within_noise_far_ones_are_not():
-    close = pd.DataFrame([run(64, 0, 1000.0, iqr_ms=5.0), run(128, 0, 1020.0, iqr_ms=5.0)])
+def test_single_seed_noise_is_the_throughput_windows_iqr():
+    # step-time IQR is tiny (0.1%), the windows' throughput IQR is 5%: the windows decide
+    close = pd.DataFrame(
+        [
+            run(64, 0, 1000.0, iqr_ms=0.1, window_iqr_pct=5.0),
+            run(128, 0, 1020.0, iqr_ms=0.1, window_iqr_pct=3.0),
+        ]
+    )
     rec = only(recommend.recommend(close))
-    assert rec["within_noise"] is True
+    assert rec["best"]["spread_source"] == "window_iqr"
+    assert rec["best"]["spread_pct"] == pytest.approx(3.0)
     assert rec["noise_pct"] == pytest.approx(5.0)
-    assert "within noise" in rec["recommendation"]
+    assert rec["within_noise"] is True
+    assert rec["recommendation"] == (
+        "Use batch_size=128, num_workers=0: 1020.0 samples/s (1 seed, median of the measurement "
+        "windows, IQR 3.0% of the median). But the runner-up (batch_size=64, num_workers=0, "
+        "1000.0 samples/s) is within noise: the gap of 2.0% is smaller than the measured spread "
+        "of 5.0% (throughput IQR over measurement windows), so treat them as equal."
+    )
 
-    far = pd.DataFrame([run(64, 0, 1000.0, iqr_ms=5.0), run(128, 0, 1300.0, iqr_ms=5.0)])
+    far = pd.DataFrame(
+        [
+            run(64, 0, 1000.0, iqr_ms=20.0, window_iqr_pct=5.0),
+            run(128, 0, 1300.0, iqr_ms=20.0, window_iqr_pct=5.0),
+        ]
+    )
     rec = only(recommend.recommend(far))
     assert rec["within_noise"] is False
     assert "within noise" not in rec["recommendation"]
     assert "30.0% faster" in rec["recommendation"]
+    assert "more than the measured spread of 5.0% (throughput IQR" in rec["recommendation"]
 
 
-def test_seeds_are_pooled_and_their_spread_is_the_noise():
+def test_noisy_best_point_gets_a_note():
+    rec = only(recommend.recommend(pd.DataFrame([run(64, 0, 1000.0, window_iqr_pct=12.5)])))
+    assert any(
+        note.startswith("Its spread (12.5%, throughput IQR over measurement windows) is over 10%")
+        for note in rec["notes"]
+    )
+
+
+def test_one_measurement_window_has_no_spread():
     summary = pd.DataFrame(
         [
-            run(64, 0, 900.0, seed=0, iqr_ms=0.1),
-            run(64, 0, 1100.0, seed=1, iqr_ms=0.1),  # mean 1000, range 20% of it
-            run(128, 0, 1050.0, seed=0, iqr_ms=0.1),
-            run(128, 0, 1050.0, seed=1, iqr_ms=0.1),  # mean 1050, no spread
+            run(64, 0, 1000.0, window_iqr_pct=0.0, repeats=1),
+            run(128, 0, 1010.0, window_iqr_pct=0.0, repeats=1),
+        ]
+    )
+    rec = only(recommend.recommend(summary))
+    assert rec["best"]["spread_pct"] is None and rec["within_noise"] is None
+    assert "one measurement window: spread unknown" in rec["recommendation"]
+    assert rec["recommendation"].endswith("; spread unknown.")
+
+
+def test_results_without_windows_fall_back_to_the_step_time_iqr():
+    close = pd.DataFrame([run(64, 0, 1000.0, iqr_ms=5.0), run(128, 0, 1020.0, iqr_ms=5.0)])
+    rec = only(recommend.recommend(close))
+    assert rec["best"]["spread_source"] == "step_iqr"
+    assert rec["within_noise"] is True
+    assert rec["noise_pct"] == pytest.approx(5.0)
+    assert "(step-time IQR)" in rec["recommendation"]
+
+
+def test_seeds_are_pooled_and_their_confidence_interval_is_the_noise():
+    summary = pd.DataFrame(
+        [
+            run(64, 0, 900.0, seed=0, window_iqr_pct=0.1),
+            run(64, 0, 1100.0, seed=1, window_iqr_pct=0.1),  # mean 1000, sd 141.4
+            run(128, 0, 1040.0, seed=0, window_iqr_pct=0.1),
+            run(128, 0, 1060.0, seed=1, window_iqr_pct=0.1),  # mean 1050, sd 14.14
         ]
     )
     rec = only(recommend.recommend(summary))
     assert rec["best"]["batch_size"] == 128 and rec["best"]["n_seeds"] == 2
-    assert rec["runner_up"]["spread_pct"] == pytest.approx(20.0)
-    assert rec["runner_up"]["spread_source"] == "seed range"
-    assert (rec["runner_up"]["samples_per_s_min"], rec["runner_up"]["samples_per_s_max"]) == (
-        900.0,
-        1100.0,
+    # 95% CI with 1 degree of freedom: t = 12.706, half-width t * sd / sqrt(2) = t * 100
+    runner = rec["runner_up"]
+    assert runner["spread_source"] == "ci"
+    assert runner["spread_pct"] == pytest.approx(100 * 1270.62047 / 1000.0)
+    assert (runner["samples_per_s_ci95_low"], runner["samples_per_s_ci95_high"]) == (
+        pytest.approx(1000.0 - 1270.62047),
+        pytest.approx(1000.0 + 1270.62047),
     )
+    assert (runner["samples_per_s_min"], runner["samples_per_s_max"]) == (900.0, 1100.0)
+    assert rec["best"]["spread_pct"] == pytest.approx(100 * 127.062047 / 1050.0)
     assert rec["within_noise"] is True
-    assert "mean of 2 seeds" in rec["recommendation"]
+    assert "mean of 2 seeds, 95% CI 922.9-1177.1 samples/s (±12.1%)" in rec["recommendation"]
+    assert "(95% CI over seeds)" in rec["recommendation"]
+
+
+def test_tight_seed_intervals_separate_two_points():
+    summary = pd.DataFrame(
+        [run(64, 0, v, seed=s) for s, v in enumerate((999.0, 1000.0, 1001.0))]
+        + [run(128, 0, v, seed=s) for s, v in enumerate((1099.0, 1100.0, 1101.0))]
+    )
+    rec = only(recommend.recommend(summary))
+    # t(2) = 4.303, sd = 1, n = 3: half-width 2.48 samples/s
+    assert rec["best"]["spread_pct"] == pytest.approx(100 * 4.3026527 / 3**0.5 / 1100.0)
+    assert rec["within_noise"] is False
+    assert "10.0% faster" in rec["recommendation"]
+
+
+def test_diagnosis_names_the_worker_count_that_removed_the_stall():
+    summary = pd.DataFrame(
+        [
+            run(64, 0, 800.0, data_wait=0.5),
+            run(64, 1, 900.0, data_wait=0.3),
+            run(64, 2, 1500.0, data_wait=0.05),
+            run(64, 4, 1400.0, data_wait=0.04),
+        ]
+    )
+    rec = only(recommend.recommend(summary))
+    assert (rec["best"]["num_workers"], rec["best"]["bound"]) == (2, "compute")
+    assert [p["num_workers"] for p in rec["stall_fixes"]] == [0, 1]
+    assert (
+        "Diagnosis: compute-bound (data wait 0.050 of the step time, at most 0.2); at this batch "
+        "size num_workers=0 (data wait 0.500), num_workers=1 (data wait 0.300) were input-bound, "
+        "and num_workers=2 removed the stall."
+    ) in rec["notes"]
+    evidence = {e["num_workers"]: e["bound"] for e in rec["evidence"]}
+    assert evidence == {0: "input", 1: "input", 2: "compute", 4: "compute"}
+
+
+def test_diagnosis_of_an_input_bound_best_point():
+    summary = pd.DataFrame([run(64, 0, 800.0, data_wait=0.6), run(64, 2, 900.0, data_wait=0.4)])
+    rec = only(recommend.recommend(summary))
+    assert rec["best"]["bound"] == "input"
+    assert rec["best"]["stall_removed_by_workers"] == "none"
+    diagnosis = next(n for n in rec["notes"] if n.startswith("Diagnosis"))
+    assert diagnosis.startswith("Diagnosis: input-bound (data wait 0.400 of the step time, over")
+    assert "no larger worker count measured removed the stall" in diagnosis
+
+    fixed = pd.DataFrame([run(64, 0, 900.0, data_wait=0.6), run(64, 2, 800.0, data_wait=0.1)])
+    rec = only(recommend.recommend(fixed))
+    assert rec["best"]["stall_removed_by_workers"] == 2
+    assert "num_workers=2 removed the stall at this batch size." in " ".join(rec["notes"])
+
+
+def test_failed_and_missing_points_are_listed_not_dropped():
+    summary = pd.DataFrame(
+        [
+            run(64, 0, 1000.0),
+            run(128, 0, 1500.0),
+            run(256, 0, status="failed", error="RuntimeError: CUDA error: an illegal access"),
+            run(256, 2, status="missing"),
+        ]
+    )
+    summary.loc[summary["status"] == "missing", "error"] = None
+    rec = only(recommend.recommend(summary))
+    assert rec["best"]["batch_size"] == 128
+    assert [(p["batch_size"], p["num_workers"], p["status"]) for p in rec["absent_points"]] == [
+        (256, 0, "failed"),
+        (256, 2, "missing"),
+    ]
+    assert rec["notes"][0] == (
+        "Not measured: 2 of 4 grid points failed or are missing, so the recommendation is among "
+        "those that finished: batch_size=256, num_workers=0, seed 0: failed (RuntimeError: CUDA "
+        "error: an illegal access); batch_size=256, num_workers=2, seed 0: missing (no result, "
+        "no log)."
+    )
+    assert rec["env_mismatch_runs"] == 0  # rows without a result have no fingerprint
+    text = recommend.render_markdown([rec], ENV)
+    assert "| 256 | 0 | 0 | failed | - |" in text
+    assert "| 256 | 2 | 0 | missing | - |" in text
+    assert "RuntimeError: CUDA error: an illegal access" in text
+    page = recommend.render_html([rec], ENV)
+    assert "<td>missing</td>" in page and "Not measured: 2 of 4 grid points" in page
+
+
+def test_no_ok_point_counts_failed_and_missing():
+    summary = pd.DataFrame(
+        [run(64, 0, status="failed", error="boom"), run(128, 0, status="missing")]
+    )
+    rec = only(recommend.recommend(summary))
+    assert rec["best"] is None
+    assert (
+        "0 diverged, 1 run(s) failed, 1 missing), so there is no recommendation."
+        in (rec["recommendation"])
+    )
+    assert rec["notes"][0].startswith("Not measured: 2 of 2 grid points")
+
+
+def test_achieved_tflops_and_mfu_are_reported_when_measured():
+    summary = pd.DataFrame(
+        [run(64, 0, 1000.0, achieved_tflops=1.5, mfu=0.25, peak_tflops=6.0, mode="infer")]
+    )
+    rec = only(recommend.recommend(summary), mode="infer")
+    assert (
+        "Compute at the recommended point: 1.5 TFLOP/s achieved, MFU 25.0% of the 6 TFLOP/s peak."
+        in rec["notes"]
+    )
+    cpu = pd.DataFrame([run(64, 0, 1000.0, achieved_tflops=0.012, mfu=None, mode="infer")])
+    rec = only(recommend.recommend(cpu), mode="infer")
+    assert "Compute at the recommended point: 0.012 TFLOP/s achieved." in rec["notes"]
+    plain = only(recommend.recommend(pd.DataFrame([run(64, 0, 1000.0)])))
+    assert not any(note.startswith("Compute at") for note in plain["notes"])
 
 
 def test_no_ok_point_says_so_plainly():

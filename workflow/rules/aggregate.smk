@@ -1,10 +1,17 @@
-# Stage 4: every grid point's result into one tidy table (and the per-step curves beside it).
+# Stage 4: every grid point's result into tidy tables: one row per grid point, one per point
+# with its seeds pooled, and the per-step curves beside them.
+#
+# `--results` always names the whole grid. With `partial: true` in the config, a grid point
+# whose result is not there (its job failed under --keep-going, or never ran) becomes a row
+# with status `failed` (its bench log exists; the log's last line is the error) or `missing`,
+# so the table, plots and report show what finished and list what did not.
 
 
 rule aggregate:
     input:
-        results=grid_results,
-        steps=grid_steps,
+        results=aggregate_results,
+        steps=aggregate_steps,
+        ceilings=ceiling_results,
         env="results/env/environment.json",
     output:
         summary=report(
@@ -13,6 +20,12 @@ rule aggregate:
             category="Data",
             labels={"table": "summary"},
         ),
+        by_point=report(
+            "results/summary_by_point.csv",
+            caption="../report/summary_by_point.rst",
+            category="Data",
+            labels={"table": "summary by point"},
+        ),
         curves="results/curves.csv",
     log:
         "logs/aggregate.log",
@@ -20,6 +33,15 @@ rule aggregate:
         "benchmarks/aggregate.tsv"
     conda:
         "../envs/report.yaml"
+    params:
+        results=grid_results,
+        # bench.smk writes the log of results/runs/X.json to logs/bench/X.log
+        partial=(
+            f"--allow-missing --log-dir logs/bench --dataset {DATASET}"
+            if config.get("partial")
+            else ""
+        ),
     shell:
-        "python -m batchscope.aggregate --results {input.results:q} --env {input.env:q}"
-        " --summary {output.summary:q} --curves {output.curves:q} > {log:q} 2>&1"
+        "python -m batchscope.aggregate --results {params.results:q} {params.partial}"
+        " --env {input.env:q} --summary {output.summary:q} --by-point {output.by_point:q}"
+        " --curves {output.curves:q} --ceilings {input.ceilings:q} > {log:q} 2>&1"

@@ -39,7 +39,14 @@ resource_scopes:
 
 DATASET = config["dataset"]["name"]
 RUN = "results/runs/{mode}/{model}/bs{batch_size}_nw{num_workers}_seed{seed}"
-PLOTS = ["throughput", "peak_memory", "data_wait", "loss_curves", "val_accuracy"]
+PLOTS = [
+    "throughput",
+    "peak_memory",
+    "data_wait",
+    "breakdown",
+    "loss_curves",
+    "val_accuracy",
+]
 
 
 AUTO = config["batch_sizes"] == "auto"
@@ -141,6 +148,22 @@ def grid_results(wildcards=None):
 
 def grid_steps(wildcards=None):
     return [f"{stem}.steps.csv" for stem in grid_stems()]
+
+
+PARTIAL = config["partial"]
+
+
+def finished_only(paths):
+    """With `partial`, only the files that exist: a report of what finished."""
+    return [path for path in paths if os.path.exists(path)] if PARTIAL else paths
+
+
+def aggregate_results(wildcards):
+    return finished_only(grid_results())
+
+
+def aggregate_steps(wildcards):
+    return finished_only(grid_steps())
 
 
 def maxbatch_results(wildcards=None):

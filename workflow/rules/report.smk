@@ -6,6 +6,8 @@ rule plots:
     input:
         summary="results/summary.csv",
         curves="results/curves.csv",
+        # with `batch_sizes: auto`, the largest-batch searches: the memory figure marks them
+        maxbatch=maxbatch_results,
     output:
         throughput=report(
             "results/plots/throughput.png",
@@ -24,6 +26,12 @@ rule plots:
             caption="../report/data_wait.rst",
             category="Input pipeline",
             labels={"figure": "data wait share"},
+        ),
+        breakdown=report(
+            "results/plots/breakdown.png",
+            caption="../report/breakdown.rst",
+            category="Input pipeline",
+            labels={"figure": "step time breakdown"},
         ),
         loss_curves=report(
             "results/plots/loss_curves.png",
@@ -47,7 +55,7 @@ rule plots:
         outdir=plot_dir,
     shell:
         "python -m batchscope.plots --summary {input.summary:q} --curves {input.curves:q}"
-        " --outdir {params.outdir:q} > {log:q} 2>&1"
+        " --outdir {params.outdir:q} --maxbatch {input.maxbatch:q} > {log:q} 2>&1"
 
 
 rule recommend:
