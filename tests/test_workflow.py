@@ -74,11 +74,12 @@ def test_dry_run_lists_exactly_one_job_per_grid_point(tmp_path):
         "all": 1,
         "aggregate": 1,
         "bench": 2 * 1 * 3 * 2 * 2,
+        "ceiling": 2 * 1 * 3,  # one compute-only run per mode x model x batch size
         "capture_environment": 1,
         "download_dataset": 1,
         "plots": 1,
         "recommend": 1,
-        "total": 2 * 3 * 2 * 2 + 6,
+        "total": 2 * 3 * 2 * 2 + 2 * 3 + 6,
     }
 
 
@@ -136,6 +137,11 @@ def test_summary_has_one_ok_row_per_grid_point_with_the_environment(fmnist_run):
     train = summary[summary["mode"] == "train"]
     assert train["val_accuracy"].between(0, 1).all() and train["final_loss"].notna().all()
     assert summary.loc[summary["mode"] == "infer", "val_accuracy"].isna().all()
+    # every row is held against the compute-only ceiling of its mode and batch size
+    assert (summary["ceiling_samples_per_s"] > 0).all()
+    assert (
+        summary["frac_of_ceiling"] == summary["samples_per_s"] / summary["ceiling_samples_per_s"]
+    ).all()
 
 
 @needs_fmnist
