@@ -139,6 +139,7 @@ def runtime(requested_device: str = "auto") -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch": torch.__version__,
         "packages": {name: _version(name) for name in ("torch", "torchvision", "numpy", "pillow")},
         "torch_git_version": torch.version.git_version,
         "torch_cuda": torch.version.cuda,

@@ -35,3 +35,9 @@ def test_capture_adds_pip_freeze_git_and_snakemake(tmp_path):
     assert set(info["workflow_git"]) == {"commit", "dirty"}
     assert info["fingerprint"] == envinfo.runtime("cpu")["fingerprint"]
     assert "BLAS_INFO" in info["torch_config"] or "blas" in info["torch_config"].lower()
+
+
+def test_runtime_names_the_torch_build_the_reports_show():
+    import torch
+
+    assert envinfo.runtime("cpu")["torch"] == torch.__version__
