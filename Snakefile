@@ -29,6 +29,7 @@ include: "workflow/rules/env.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/convergence.smk"
 
 
 rule all:
@@ -38,3 +39,4 @@ rule all:
         "results/recommendation.md",
         "results/recommendation.html",
         plot_files(),
+        convergence_outputs(),

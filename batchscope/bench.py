@@ -57,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr-warmup-steps", type=int, default=0)
     p.add_argument("--lr-decay", choices=("constant", "cosine"), default="constant")
     p.add_argument("--eval-every-samples", type=int, default=None, help="validate while training")
+    p.add_argument(
+        "--eval-samples", type=int, default=None, help="held-out samples each such validation uses"
+    )
+    p.add_argument(
+        "--stop-at-target", action="store_true", help="end training when the target is reached"
+    )
     p.add_argument("--target-accuracy", type=float, default=None)
     p.add_argument("--target-loss", type=float, default=None)
     p.add_argument("--noise-every-steps", type=int, default=None, help="gradient noise scale")
@@ -163,6 +169,8 @@ def _bench(args: argparse.Namespace) -> int:
         target_accuracy=args.target_accuracy,
         target_loss=args.target_loss,
         noise_every_steps=args.noise_every_steps,
+        eval_samples=args.eval_samples,
+        stop_at_target=args.stop_at_target,
         loader=runner.LoaderSettings(
             pin_memory=args.pin_memory,
             non_blocking=args.non_blocking,

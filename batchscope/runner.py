@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from batchscope import measure
 from batchscope.models import logits_of
@@ -89,6 +89,8 @@ class RunConfig:
     target_accuracy: float | None = None
     target_loss: float | None = None
     noise_every_steps: int | None = None  # gradient noise scale measurements (off the clock)
+    eval_samples: int | None = None  # evaluate during training on this many held-out samples
+    stop_at_target: bool = False  # end the run at the first evaluation that meets the target
     loader: LoaderSettings = field(default_factory=LoaderSettings)
 
 
@@ -279,11 +281,13 @@ def measured_loop(
     *,
     lr_of: Callable[[], float] | None = None,
     after_step: Callable[[int, int, torch.Tensor, torch.Tensor], dict | None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> dict:
     """Run ``step_fn`` over ``loader`` and return the timing summary and status.
 
     ``after_step(step, samples_seen, x, y)`` runs after each step, off the clock (validation,
-    noise-scale measurements); what it returns is added to that step's row.
+    noise-scale measurements); what it returns is added to that step's row. When
+    ``should_stop()`` then says so, the run ends there (``stopped_early`` in the result).
     """
     planned = planned_steps(cfg, len(loader))
     if planned <= cfg.warmup_steps:
@@ -309,6 +313,7 @@ def measured_loop(
     sums = dict.fromkeys(BREAKDOWN, 0.0)
     stamps: dict[str, float] = {}
     workers_mb = dry_run_mb = first_step_s = None
+    stopped_early = False
     samples_seen = step = 0
     train_s = 0.0  # time on the clock, warm-up included: a run's seconds, evaluations excluded
     bar = _progress(planned, f"{cfg.mode} bs={cfg.batch_size} nw={cfg.num_workers}")
@@ -359,6 +364,10 @@ def measured_loop(
             if extra:
                 log.rows[-1].update(extra)
                 t_prev = measure.device_clock(device)  # what the hook took is off the clock
+            if not done and should_stop is not None and should_stop():
+                done = stopped_early = True
+                if cfg.num_workers > 0:
+                    workers_mb = measure.workers_pss_mb()
             t_ready = time.perf_counter()
             if done:
                 break
@@ -389,6 +398,7 @@ def measured_loop(
         "first_step_s": first_step_s,
         "dry_run_peak_mem_mb": dry_run_mb,
         "final_loss": last_loss,
+        "stopped_early": stopped_early,
         "workers_pss_mb": workers_mb or 0.0,
         **{
             f"time_{name}_ms": 1000.0 * sums[name] / len(step_s)
@@ -440,9 +450,27 @@ def effective_lr(cfg: RunConfig) -> float:
     return scaled_lr(cfg.lr, cfg.base_batch_size, effective, cfg.lr_scaling)
 
 
+def eval_subset(size: int, samples: int) -> list[int]:
+    """The held-out samples evaluated during training: the same fixed random ``samples`` of
+    ``size`` for every run (a generator seeded with 0), in index order."""
+    generator = torch.Generator().manual_seed(0)
+    return sorted(torch.randperm(size, generator=generator)[:samples].tolist())
+
+
+def _meets_target(cfg: RunConfig, row: dict) -> bool:
+    if cfg.target_accuracy is not None:
+        value = row.get("val_accuracy")
+        return value is not None and value >= cfg.target_accuracy
+    if cfg.target_loss is not None:
+        value = row.get("val_loss")
+        return value is not None and value <= cfg.target_loss
+    return False
+
+
 def _convergence_hook(model, cfg: RunConfig, device, val_loader, noise):
     """Validation every ``eval_every_samples`` and noise-scale measurements every
-    ``noise_every_steps``: both off the clock, recorded in the step's row."""
+    ``noise_every_steps``: both off the clock, recorded in the step's row. With
+    ``stop_at_target``, ``hook.reached()`` says whether the last evaluation met the target."""
     from batchscope.convergence import gradient_sq_norms
 
     def loss_fn(logits, y):
@@ -456,6 +484,7 @@ def _convergence_hook(model, cfg: RunConfig, device, val_loader, noise):
             extra["val_accuracy"], extra["val_loss"], _ = evaluate(model, val_loader, device, cfg)
             while state["next_eval"] <= samples_seen:
                 state["next_eval"] += cfg.eval_every_samples
+            state["reached"] = _meets_target(cfg, extra)
         if noise is not None and step % cfg.noise_every_steps == 0:
             xd, yd = _to_device(x, y, device, cfg)
             small, big = gradient_sq_norms(model, loss_fn, xd, yd, batch_small=noise.batch_small)
@@ -463,6 +492,7 @@ def _convergence_hook(model, cfg: RunConfig, device, val_loader, noise):
             extra["noise_sq_small"], extra["noise_sq_big"] = small, big
         return extra or None
 
+    hook.reached = lambda: bool(state.get("reached"))
     return hook
 
 
@@ -487,10 +517,15 @@ def run(
     accumulation = cfg.accumulation_steps if train else 1
     loader_cfg = replace(cfg, batch_size=cfg.batch_size * accumulation)
     loader = make_loader(data, loader_cfg, device, shuffle=train, drop_last=True)
-    val_loader = None
+    val_loader = eval_loader = None
     if train and val_data is not None:
         val_cfg = replace(cfg, batch_size=cfg.val_batch_size)
-        val_loader = make_loader(val_data, val_cfg, device, shuffle=False, drop_last=False)
+        val_loader = eval_loader = make_loader(
+            val_data, val_cfg, device, shuffle=False, drop_last=False
+        )
+        if cfg.eval_samples is not None and cfg.eval_samples < len(val_data):
+            subset = Subset(val_data, eval_subset(len(val_data), cfg.eval_samples))
+            eval_loader = make_loader(subset, val_cfg, device, shuffle=False, drop_last=False)
     optimizer = scheduler = hook = noise = None
     lr = effective_lr(cfg) if train else None
     if train:
@@ -510,7 +545,7 @@ def run(
             big = cfg.batch_size * accumulation
             noise = GradientNoiseScale(max(1, big // 4), big)
         if cfg.eval_every_samples or noise is not None:
-            hook = _convergence_hook(model, cfg, device, val_loader, noise)
+            hook = _convergence_hook(model, cfg, device, eval_loader, noise)
     step_fn = (
         _train_step(runnable, optimizer, cfg, device, scheduler)
         if train
@@ -522,8 +557,16 @@ def run(
         measure.limit_cpu_memory(cpu_memory_budget_mb)
     measure.reset_peak_memory(device)
     with measure.GpuUtilisation(device) as utilisation:
+        stop = hook.reached if hook is not None and cfg.stop_at_target else None
         result = measured_loop(
-            loader, step_fn, loader_cfg, device, log, lr_of=lr_of, after_step=hook
+            loader,
+            step_fn,
+            loader_cfg,
+            device,
+            log,
+            lr_of=lr_of,
+            after_step=hook,
+            should_stop=stop,
         )
     result["gpu_util_pct_mean"] = utilisation.mean_pct
     result.update(measure.peak_memory(device, result.pop("workers_pss_mb")))
@@ -547,7 +590,12 @@ def run(
             result["status"], result["error"] = "oom", f"validation: {str(exc).splitlines()[0]}"
         else:
             result.update(val_accuracy=accuracy, val_loss=loss, val_samples=seen)
-            log.rows[-1].update(val_accuracy=accuracy, val_loss=loss)  # the curve's last point
+            last = log.rows[-1]
+            if eval_loader is val_loader:
+                last.update(val_accuracy=accuracy, val_loss=loss)  # the curve's last point
+            elif last.get("val_accuracy") is None:  # the curve evaluates its subset only
+                sub_accuracy, sub_loss, _ = evaluate(model, eval_loader, device, cfg)
+                last.update(val_accuracy=sub_accuracy, val_loss=sub_loss)
     if train:
         result.update(_target_fields(cfg, log.rows))
         if noise is not None:

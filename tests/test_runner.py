@@ -178,3 +178,26 @@ def test_validation_during_training_is_off_the_clock_and_finds_the_target():
 def test_an_unreachable_target_is_reported_not_reached():
     result, _ = _run(max_steps=6, eval_every_samples=16, target_accuracy=1.01)
     assert result["target_reached"] is False and result["steps_to_target"] is None
+
+
+def test_stop_at_target_ends_the_run_at_the_first_evaluation_that_meets_it():
+    result, steps = _run(
+        max_steps=10, eval_every_samples=24, target_accuracy=0.0, stop_at_target=True
+    )
+    assert result["stopped_early"] is True and result["steps_run"] == 3 == len(steps)
+    assert result["target_reached"] is True and result["steps_to_target"] == 3
+    assert result["val_accuracy"] is not None  # the full held-out split, after training
+    unreached, steps = _run(
+        max_steps=6, eval_every_samples=16, target_accuracy=1.01, stop_at_target=True
+    )
+    assert unreached["stopped_early"] is False and len(steps) == 6
+
+
+def test_evaluations_during_training_use_the_fixed_subset():
+    assert runner.eval_subset(32, 8) == runner.eval_subset(32, 8)  # the same in every run
+    assert len(set(runner.eval_subset(32, 8))) == 8
+    result, steps = _run(max_steps=6, eval_every_samples=16, eval_samples=8)
+    # with 8 of 32 samples every accuracy is a multiple of 1/8, the final one over all 32
+    during = [s["val_accuracy"] for s in steps if s.get("val_accuracy") is not None]
+    assert len(during) == 3 and all((8 * a) == round(8 * a) for a in during)
+    assert result["val_samples"] == 32

@@ -176,6 +176,28 @@ def plot_files():
     return [f"results/plots/{name}.png" for name in PLOTS]
 
 
+CONVERGENCE = [
+    f"results/convergence/{name}"
+    for name in (
+        "convergence_steps.png",
+        "convergence_loss_samples.png",
+        "convergence_loss_time.png",
+        "convergence_noise_scale.png",
+        "convergence.md",
+        "convergence.html",
+    )
+]
+
+
+def convergence_outputs():
+    """The convergence report, for sweeps that train towards a target."""
+    train = config["train"]
+    has_target = (
+        train.get("target_accuracy") is not None or train.get("target_loss") is not None
+    )
+    return CONVERGENCE if "train" in config["modes"] and has_target else []
+
+
 def all_cores(wildcards):
     """Benchmarks run alone, so they get every core Snakemake was given (as torch threads).
     A function, so that commands that run no job (--unlock, --report) need no --cores.
@@ -281,10 +303,13 @@ def convergence_options():
         "--target-accuracy": train.get("target_accuracy"),
         "--target-loss": train.get("target_loss"),
         "--noise-every-steps": train.get("noise_scale_every_steps"),
+        "--eval-samples": train.get("eval_samples"),
     }
     for flag, value in optional.items():
         if value is not None:
             args += [flag, value]
+    if train.get("stop_at_target"):
+        args.append("--stop-at-target")
     return args
 
 

@@ -1,0 +1,372 @@
+"""Tests for batchscope.convergence_report on crafted summary and curves tables."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from batchscope import convergence_report as cr
+from batchscope.config import check, load_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Steps to the target follow S = S_MIN (1 + B_NOISE/B); each seed is off by these factors.
+S_MIN, B_NOISE = 100.0, 64.0
+SEED_FACTORS = (0.95, 1.0, 1.05)
+SIZES = (16, 32, 64, 128, 256)
+#: t(0.975, df=2), from tables.
+T_2 = 4.302652729911275
+
+
+def step_time(batch: int) -> float:
+    """Seconds per update: throughput grows with the batch, so the largest is the fastest."""
+    return 0.01 + 0.0005 * batch
+
+
+def run(batch, seed, *, reached=True, status="ok", workers=0, b_simple=70.0, steps_run=None):
+    steps = S_MIN * (1 + B_NOISE / batch) * SEED_FACTORS[seed]
+    ok = status == "ok"
+    reached = reached and ok
+    row = {
+        "mode": "train",
+        "model": "small_cnn",
+        "dataset": "fashion_mnist",
+        "batch_size": batch,
+        "num_workers": workers,
+        "seed": seed,
+        "status": status,
+        "samples_per_s": batch / step_time(batch) if ok else np.nan,
+        "steps_run": steps_run or (round(steps * 1.5) if ok else np.nan),
+        "target_metric": "val_accuracy",
+        "target": 0.8,
+        "target_reached": reached if ok else np.nan,
+        "steps_to_target": steps if reached else np.nan,
+        "samples_to_target": steps * batch if reached else np.nan,
+        "seconds_to_target": steps * step_time(batch) if reached else np.nan,
+        "lr": 0.05 * batch / 64 if ok else np.nan,
+        "base_lr": 0.05 if ok else np.nan,
+        "lr_scaling": "linear" if ok else np.nan,
+        "accumulation_steps": 1 if ok else np.nan,
+        "effective_batch_size": batch if ok else np.nan,
+        "noise_scale_b_simple": b_simple + seed if ok else np.nan,
+        "noise_scale_ci95_low": b_simple / 2 if ok else np.nan,
+        "noise_scale_ci95_high": b_simple * 2 if ok else np.nan,
+        "noise_scale_measurements": 40 if ok else np.nan,
+        "noise_scale_batch_small": batch // 4 if ok else np.nan,
+        "noise_scale_batch_big": batch if ok else np.nan,
+    }
+    return row
+
+
+def sweep(**overrides) -> pd.DataFrame:
+    """Every size x 3 seeds; at 256 seed 2 does not reach the target (ran 200 steps); 512 OOM."""
+    rows = []
+    for batch in SIZES:
+        for seed in range(3):
+            missed = batch == 256 and seed == 2
+            rows.append(run(batch, seed, reached=not missed, steps_run=200 if missed else None))
+    rows += [run(512, seed, status="oom") for seed in range(3)]
+    frame = pd.DataFrame(rows)
+    for column, value in overrides.items():
+        frame[column] = value
+    return frame
+
+
+def curves_for(summary: pd.DataFrame, steps: int = 40) -> pd.DataFrame:
+    """Per-step rows of the ok runs: loss falls, validation every 10 steps, and noise-scale
+    measurements every 5 steps consistent with |G|² = 1 and tr Σ = B_NOISE (B_simple = 64)."""
+    rows = []
+    for r in summary[summary["status"] == "ok"].itertuples(index=False):
+        small, big = r.batch_size // 4, r.batch_size
+        for step in range(1, steps + 1):
+            row = {
+                "mode": r.mode,
+                "model": r.model,
+                "dataset": r.dataset,
+                "batch_size": r.batch_size,
+                "num_workers": r.num_workers,
+                "seed": r.seed,
+                "step": step,
+                "phase": "measured",
+                "samples_seen": step * r.batch_size,
+                "elapsed_s": step * step_time(r.batch_size),
+                "step_time_ms": 1000 * step_time(r.batch_size),
+                "data_wait_ms": 0.1,
+                "loss": 2.3 / (1 + 0.1 * step) + 0.01 * r.seed,
+                "lr": r.lr,
+                "val_accuracy": 0.5 + step / 100 if step % 10 == 0 else np.nan,
+                "val_loss": 2.0 / (1 + 0.1 * step) if step % 10 == 0 else np.nan,
+                "noise_sq_small": 1 + B_NOISE / small if step % 5 == 0 else np.nan,
+                "noise_sq_big": 1 + B_NOISE / big if step % 5 == 0 else np.nan,
+            }
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def by_gid(fig, gid):
+    return [a for ax in fig.axes for a in ax.get_children() if a.get_gid() == gid]
+
+
+# --- statistics --------------------------------------------------------------------------------
+
+
+def test_mean_ci_is_student_t_over_the_finite_values():
+    mean, low, high = cr.mean_ci([475.0, 500.0, 525.0, np.nan, "x"])
+    half = T_2 * 25.0 / math.sqrt(3)
+    assert mean == pytest.approx(500.0)
+    assert (low, high) == pytest.approx((500.0 - half, 500.0 + half), rel=1e-9)
+    assert math.isnan(cr.mean_ci([3.0])[1]) and cr.mean_ci([3.0])[0] == 3.0
+    assert all(math.isnan(v) for v in cr.mean_ci([]))
+
+
+def test_table_intervals_counts_and_lr():
+    reports = cr.analyse(sweep())
+    assert len(reports) == 1
+    table = reports[0].table.set_index("batch")
+    steps16 = [S_MIN * (1 + B_NOISE / 16) * f for f in SEED_FACTORS]
+    half = T_2 * np.std(steps16, ddof=1) / math.sqrt(3)
+    assert table.at[16, "steps_mean"] == pytest.approx(np.mean(steps16))
+    assert table.at[16, "steps_low"] == pytest.approx(np.mean(steps16) - half)
+    assert table.at[16, "steps_high"] == pytest.approx(np.mean(steps16) + half)
+    assert table.at[16, "samples_mean"] == pytest.approx(np.mean(steps16) * 16)
+    assert table.at[32, "lr"] == pytest.approx(0.025)
+    # the seed that did not reach the target is counted, its budget kept, never averaged in
+    assert (table.at[256, "n_seeds"], table.at[256, "n_reached"]) == (3, 2)
+    assert table.at[256, "n_not_reached"] == 1 and not table.at[256, "all_reached"]
+    assert table.at[256, "budget_steps"] == (200.0,)
+    steps256 = [S_MIN * (1 + B_NOISE / 256) * f for f in SEED_FACTORS[:2]]
+    assert table.at[256, "steps_mean"] == pytest.approx(np.mean(steps256))
+    # OOM seeds are counted as failures of their batch size
+    assert table.at[512, "n_failed"] == 3 and table.at[512, "n_reached"] == 0
+    assert table.at[512, "failures"] == "0:oom;1:oom;2:oom"
+
+
+# --- the knee --------------------------------------------------------------------------------
+
+
+def test_fit_knee_recovers_the_curve_and_its_edges():
+    sizes = [8, 16, 32, 64, 128, 256]
+    exact = [S_MIN * (1 + B_NOISE / b) for b in sizes]
+    knee = cr.fit_knee(sizes, exact)
+    assert knee.edge is None
+    assert knee.b_noise == pytest.approx(B_NOISE, rel=1e-4)
+    assert knee.s_min == pytest.approx(S_MIN, rel=1e-4)
+    assert knee.rms_log_residual < 1e-6
+    perfect = cr.fit_knee(sizes, [1000.0 / b for b in sizes])
+    assert perfect.edge == "above" and perfect.b_noise is None
+    assert perfect.steps(8.0) == pytest.approx(125.0)
+    flat = cr.fit_knee(sizes, [50.0] * len(sizes))
+    assert flat.edge == "below" and flat.steps(1000.0) == pytest.approx(50.0)
+    with pytest.raises(ValueError):
+        cr.fit_knee([64, 64], [10.0, 11.0])
+
+
+def test_knee_fit_uses_only_batch_sizes_every_seed_reached():
+    report = cr.analyse(sweep())[0]
+    assert [b for b, _ in report.knee.points] == [16, 32, 64, 128]
+    assert report.knee.b_noise == pytest.approx(B_NOISE, rel=0.05)
+    low, high = report.knee.interval
+    assert low <= report.knee.b_noise <= high
+    assert "256" in report.knee_note
+    regimes = dict(zip(report.table["batch"], report.table["regime"], strict=True))
+    assert regimes[16] == cr.regime(16, report.knee.b_noise)  # on the edge: 16 = 64/4
+    assert regimes[32] == regimes[64] == regimes[128] == "diminishing returns"
+    assert regimes[256] == "no benefit"  # 256 >= 4 * 64
+
+
+def test_relation_and_regime_thresholds():
+    assert cr.relation(32, 100) == "below"
+    assert cr.relation(64, 100) == "around"
+    assert cr.relation(200, 100) == "around"
+    assert cr.relation(256, 100) == "above"
+    assert cr.regime(16, 64) == "perfect scaling"
+    assert cr.regime(100, 64) == "diminishing returns"
+    assert cr.regime(256, 64) == "no benefit"
+
+
+# --- the recommendation -------------------------------------------------------------------------
+
+
+def test_recommends_lowest_time_to_target_not_highest_throughput():
+    report = cr.analyse(sweep())[0]
+    # seconds: 16 -> 9.0, 32 -> 7.8, 64 -> 8.4, 128 -> 11.1 (mean over seeds); 256 is the fastest
+    # per sample and did not reach the target in every seed
+    assert report.best["batch"] == 32
+    text = report.recommendation
+    assert "batch size 32" in text and "0.025" in text and "linear scaling" in text
+    assert "highest throughput is at batch size 256" in text
+    assert "reached the target in 2 of 3 seeds" in text
+    # 32 is under half of B_simple (median 71), and within x2 of the knee (about 64)
+    assert "below the gradient noise scale B_simple ≈ 71" in text
+    assert "around the knee" in text
+
+
+def test_no_run_reaching_the_target_gives_a_plain_statement():
+    summary = sweep()
+    summary["target_reached"] = np.where(summary["status"] == "ok", False, np.nan)
+    for column in ("steps_to_target", "samples_to_target", "seconds_to_target"):
+        summary[column] = np.nan
+    report = cr.analyse(summary)[0]
+    assert report.best is None and report.knee is None
+    assert report.recommendation.startswith("No run of small_cnn reached the target")
+    assert "val_accuracy ≥ 0.8" in report.recommendation
+    fig = cr.steps_figure([report])
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "no run reached the target" in texts
+    assert len(by_gid(fig, cr.GID_NOT_REACHED)[0].get_offsets()) == 15  # every ok seed shown
+    markdown = cr.render_markdown([report])
+    assert "No run of small_cnn reached the target" in markdown
+
+
+def test_partial_reach_everywhere_recommends_nothing():
+    summary = sweep()
+    summary.loc[summary["seed"] == 0, ["target_reached", "seconds_to_target"]] = [False, np.nan]
+    summary.loc[summary["seed"] == 0, ["steps_to_target", "samples_to_target"]] = np.nan
+    report = cr.analyse(summary)[0]
+    assert report.best is None
+    assert "in every seed, so none is recommended" in report.recommendation
+
+
+def test_worker_count_with_most_runs_then_smallest():
+    both = pd.concat([sweep(), sweep(num_workers=2).head(6)], ignore_index=True)
+    assert cr.chosen_workers(both) == 0
+    tie = pd.concat([sweep(), sweep(num_workers=2)], ignore_index=True)
+    assert cr.chosen_workers(tie) == 0
+    more = pd.concat([sweep().head(3), sweep(num_workers=2)], ignore_index=True)
+    report = cr.analyse(more)[0]
+    assert report.workers == 2 and report.other_workers == (0,)
+    assert "Runs with 0 worker(s) are left out" in cr.render_markdown([report])
+
+
+def test_no_target_configured():
+    summary = sweep().drop(columns=["target_metric", "target", "target_reached"])
+    report = cr.analyse(summary)[0]
+    assert report.metric is None and report.best is None
+    assert "No training target was configured" in report.recommendation
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+def test_steps_figure_has_the_perfect_scaling_line_and_the_markers():
+    report = cr.analyse(sweep())[0]
+    fig = cr.steps_figure([report])
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    (perfect,) = by_gid(fig, cr.GID_PERFECT)
+    x, y = perfect.get_data()
+    mean16 = report.table.set_index("batch").at[16, "steps_mean"]
+    assert np.interp(16.0, x, y) == pytest.approx(mean16, rel=0.02)  # through the smallest batch
+    assert np.allclose(x * y, 16 * mean16)  # slope -1 on log-log axes
+    (b_simple,) = by_gid(fig, cr.GID_B_SIMPLE)
+    assert b_simple.get_xdata()[0] == pytest.approx(71.0)  # median of 70, 71, 72 per batch size
+    assert by_gid(fig, cr.GID_B_SIMPLE_BAND)
+    (knee,) = by_gid(fig, cr.GID_KNEE)
+    assert knee.get_xdata()[0] == pytest.approx(report.knee.b_noise)
+    assert by_gid(fig, cr.GID_FIT) and by_gid(fig, cr.GID_REGIME)
+    (mean,) = by_gid(fig, cr.GID_MEAN)
+    assert list(mean.get_xdata()) == [16, 32, 64, 128, 256]
+    (missed,) = by_gid(fig, cr.GID_NOT_REACHED)
+    assert missed.get_offsets().tolist() == [[256.0, 200.0]]
+    counts = [a.get_text() for a in by_gid(fig, cr.GID_NOT_REACHED_COUNT)]
+    assert counts == ["1/3\nmissed", "3/3\nmissed"]  # 256, and 512 (OOM)
+
+
+def test_loss_and_noise_figures():
+    summary = sweep()
+    curves = curves_for(summary)
+    reports = cr.analyse(summary)
+    fig = cr.loss_figure(reports, summary, curves, "samples_seen")
+    (ax,) = fig.axes
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert [f"B = {b}" for b in SIZES] == [lab for lab in labels if lab.startswith("B =")]
+    time_fig = cr.loss_figure(reports, summary, curves, "elapsed_s")
+    line = time_fig.axes[0].get_lines()[0]
+    assert line.get_xdata()[-1] == pytest.approx(40 * step_time(16))
+    noise = cr.noise_figure(reports, summary, curves)
+    values = np.concatenate([line.get_ydata() for line in noise.axes[0].get_lines()[:5]])
+    assert np.allclose(values, B_NOISE)
+
+
+def test_noise_history_recovers_b_simple_and_an_interval():
+    summary = sweep()
+    curves = curves_for(summary)
+    rows = curves[curves["batch_size"] == 64].merge(
+        summary[["batch_size", "seed", "noise_scale_batch_small", "noise_scale_batch_big"]]
+    )
+    rng = np.random.default_rng(1)
+    rows["noise_sq_small"] *= 1 + 0.05 * rng.standard_normal(len(rows))
+    history = cr.noise_history(rows, bins=4)
+    assert len(history) == 4 and (history["n"] == 6).all()
+    assert np.allclose(history["b_simple"], B_NOISE, rtol=0.5)
+    assert (history["low"] <= history["b_simple"]).all()
+    assert (history["b_simple"] <= history["high"]).all()
+
+
+def test_placeholders_without_training_runs():
+    summary = sweep(mode="infer")
+    assert cr.analyse(summary) == []
+    fig = cr.steps_figure([])
+    assert cr.NO_TARGET in [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "No training runs in this sweep." in cr.render_markdown([])
+
+
+# --- documents and the command line -------------------------------------------------------------
+
+
+def test_cli_writes_figures_and_documents(tmp_path):
+    summary = sweep()
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    curves_for(summary, steps=20).to_csv(tmp_path / "curves.csv", index=False)
+    out = tmp_path / "convergence"
+    assert (
+        cr.main(
+            [
+                "--summary",
+                str(tmp_path / "summary.csv"),
+                "--curves",
+                str(tmp_path / "curves.csv"),
+                "--outdir",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    for name in (cr.STEPS_PNG, cr.LOSS_SAMPLES_PNG, cr.LOSS_TIME_PNG, cr.NOISE_PNG):
+        assert (out / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    markdown = (out / cr.MARKDOWN).read_text()
+    assert "| 32 ★ | 0.025 | 3/3 |" in markdown
+    assert "| 512 | – | 0/3 (0:oom;1:oom;2:oom) |" in markdown
+    assert "B_simple ≈ 71 samples" in markdown and "Knee B_noise ≈" in markdown
+    assert "How to read this." in markdown
+    page = (out / cr.HTML).read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<table" in page and "How to read this." in page
+
+
+def test_eval_spacing_is_the_median_gap_between_evaluations():
+    summary = sweep()
+    reports = cr.analyse(summary, curves_for(summary))
+    # every 10 steps: 160, 320, 640, 1280 and 2560 samples apart, as often each
+    assert reports[0].eval_every == 640
+    assert "evaluated every 640 samples" in cr.render_markdown(reports)
+
+
+def test_the_shipped_convergence_config_is_valid():
+    schema = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    config = yaml.safe_load((ROOT / "config" / "convergence.yaml").read_text())
+    check(config, schema)
+    assert config["modes"] == ["train"] and len(config["seeds"]) >= 3
+    assert config["train"]["target_accuracy"] and config["train"]["noise_scale_every_steps"]
+    assert config["measure"]["ceiling"] is False

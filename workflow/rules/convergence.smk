@@ -1,0 +1,53 @@
+# Stage 6, for sweeps that train towards a target (train.target_accuracy or target_loss): steps,
+# samples and seconds to the target vs batch size across seeds, the gradient noise scale, the
+# knee of the curve, and the batch size with the lowest time to target. Rule all asks for it
+# through convergence_outputs() (common.smk), which is empty for other sweeps.
+
+
+rule convergence_report:
+    input:
+        summary="results/summary.csv",
+        curves="results/curves.csv",
+    output:
+        steps=report(
+            "results/convergence/convergence_steps.png",
+            caption="../report/convergence_steps.rst",
+            category="Convergence",
+            labels={"figure": "steps to target vs batch size"},
+        ),
+        loss_samples=report(
+            "results/convergence/convergence_loss_samples.png",
+            caption="../report/convergence_loss_samples.rst",
+            category="Convergence",
+            labels={"figure": "loss vs samples seen"},
+        ),
+        loss_time=report(
+            "results/convergence/convergence_loss_time.png",
+            caption="../report/convergence_loss_time.rst",
+            category="Convergence",
+            labels={"figure": "loss vs seconds"},
+        ),
+        noise_scale=report(
+            "results/convergence/convergence_noise_scale.png",
+            caption="../report/convergence_noise_scale.rst",
+            category="Convergence",
+            labels={"figure": "B_simple over training"},
+        ),
+        markdown="results/convergence/convergence.md",
+        html=report(
+            "results/convergence/convergence.html",
+            caption="../report/convergence_document.rst",
+            category="Convergence",
+            labels={"document": "convergence report"},
+        ),
+    log:
+        "logs/convergence_report.log",
+    benchmark:
+        "benchmarks/convergence_report.tsv"
+    conda:
+        "../envs/report.yaml"
+    params:
+        outdir=plot_dir,
+    shell:
+        "python -m batchscope.convergence_report --summary {input.summary:q}"
+        " --curves {input.curves:q} --outdir {params.outdir:q} > {log:q} 2>&1"
