@@ -742,20 +742,10 @@ def _num(value: float) -> str:
 
 
 def _subplots(count: int, width: float = 6.4, height: float = 4.8) -> tuple[Figure, list]:
-    ncols = min(count, 2)
-    nrows = math.ceil(count / ncols)
-    with sns.axes_style("whitegrid"):
-        fig, axes = plt.subplots(
-            nrows,
-            ncols,
-            figsize=(width * ncols, height * nrows),
-            squeeze=False,
-            layout="constrained",
-        )
-    flat = list(axes.flat)
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat[:count]
+    """The report's panels, two per row (plots.py lays out the grid)."""
+    from batchscope.plots import _subplots as grid
+
+    return grid(count, width, height, max_cols=2)
 
 
 def placeholder_figure(message: str, title: str = "") -> Figure:

@@ -109,9 +109,11 @@ def _select(frame: pd.DataFrame, key: Sequence) -> pd.DataFrame:
     return frame[mask]
 
 
-def _subplots(count: int, width: float = 5.0, height: float = 3.8) -> tuple[Figure, list]:
-    """A grid of ``count`` axes (at most three per row); spare axes are hidden."""
-    ncols = min(count, 3)
+def _subplots(
+    count: int, width: float = 5.0, height: float = 3.8, max_cols: int = 3
+) -> tuple[Figure, list]:
+    """A grid of ``count`` axes (at most ``max_cols`` per row); spare axes are hidden."""
+    ncols = min(count, max_cols)
     nrows = math.ceil(count / ncols)
     with sns.axes_style("whitegrid"):
         fig, axes = plt.subplots(
