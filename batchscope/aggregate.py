@@ -16,7 +16,7 @@ Partial results (``--allow-missing``): a result file that does not exist becomes
 status ``missing``, or ``failed`` when its job's log exists (``--logs``, one per result in the
 same order, or ``--log-dir``, a folder laid out as the results), with ``error`` the log's last
 non-empty line. The grid point is read from the file name the workflow gives results,
-``<mode>/<model>/bs<B>_nw<W>_seed<S>.json``.
+``<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json``.
 
 Command line (every path is explicit; the steps CSV sits next to each result JSON)::
 
@@ -49,6 +49,7 @@ FIRST_COLUMNS = (
     "model",
     "dataset",
     "batch_size",
+    "accumulation_steps",
     "num_workers",
     "seed",
     "device",
@@ -65,10 +66,10 @@ FIRST_COLUMNS = (
 )
 
 #: Order of the rows: by grid point, seeds last.
-SORT_KEYS = ["mode", "model", "batch_size", "num_workers", "seed"]
+SORT_KEYS = ["mode", "model", "batch_size", "accumulation_steps", "num_workers", "seed"]
 
 #: A point of the points table: a grid point with its seeds pooled.
-POINT_KEYS = ["mode", "model", "dataset", "batch_size", "num_workers"]
+POINT_KEYS = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers"]
 
 #: Keys a result must carry for its row to mean anything.
 REQUIRED_KEYS = (*results.GRID_KEYS, "status", "env_fingerprint", "schema_version")
@@ -112,7 +113,9 @@ MEAN_METRICS = (
 )
 
 #: The name the workflow gives a result file (the mode and model are its two parent folders).
-RESULT_NAME = re.compile(r"bs(?P<batch_size>\d+)_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)\.json")
+RESULT_NAME = re.compile(
+    r"bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)\.json"
+)
 
 
 def steps_path(result_path: str | Path) -> Path:
@@ -165,12 +168,13 @@ def read_results(result_paths: Iterable[str | Path]) -> list[tuple[Path, dict[st
 
 def grid_of_path(result_path: str | Path) -> dict[str, Any]:
     """Mode, model, batch size, workers and seed of a result path the workflow named
-    (``.../<mode>/<model>/bs<B>_nw<W>_seed<S>.json``); ``ValueError`` for any other name."""
+    (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json``); ``ValueError`` for any other name."""
     path = Path(result_path)
     match = RESULT_NAME.fullmatch(path.name)
     if match is None or not path.parent.name or not path.parent.parent.name:
         raise ValueError(
-            f"{path}: cannot tell its grid point: expected <mode>/<model>/bs<B>_nw<W>_seed<S>.json"
+            f"{path}: cannot tell its grid point: expected"
+            " <mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json"
         )
     grid = {"mode": path.parent.parent.name, "model": path.parent.name}
     return grid | {key: int(value) for key, value in match.groupdict().items()}
@@ -499,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.add_argument(
         "--log-dir",
         help="folder of the job logs, laid out as the results: the log of "
-        "<mode>/<model>/bs<B>_nw<W>_seed<S>.json is DIR/<mode>/<model>/bs<B>_nw<W>_seed<S>.log",
+        "<mode>/<model>/<name>.json is DIR/<mode>/<model>/<name>.log",
     )
     parser.add_argument(
         "--dataset", help="dataset of missing rows (default: the one of the results read)"

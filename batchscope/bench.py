@@ -86,6 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.num_workers < 0 or args.warmup_steps < 0:
         p.error("--num-workers and --warmup-steps must not be negative")
+    if args.mode == "infer" and args.accumulation_steps != 1:
+        p.error("--accumulation-steps is a training setting: inference runs use 1")
     return args
 
 
@@ -180,7 +182,8 @@ def _bench(args: argparse.Namespace) -> int:
     )
     print(
         f"batchscope bench: {args.mode} {args.model} on {args.dataset},"
-        f" batch_size={args.batch_size} num_workers={args.num_workers} seed={args.seed}"
+        f" batch_size={args.batch_size} accumulation_steps={args.accumulation_steps}"
+        f" num_workers={args.num_workers} seed={args.seed}"
         f" device={device} threads={torch.get_num_threads()} env={env['fingerprint']}",
         file=sys.stderr,
     )
@@ -200,6 +203,7 @@ def _bench(args: argparse.Namespace) -> int:
         "model": args.model,
         "dataset": args.dataset,
         "batch_size": args.batch_size,
+        "accumulation_steps": args.accumulation_steps,
         "num_workers": args.num_workers,
         "seed": args.seed,
         "device": str(device),

@@ -93,8 +93,13 @@ def metric_diff(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFram
     runs, False when it does not, and empty when the metric has no noise model.
     """
     keep = [*GRID_KEYS, "status", *METRICS, "step_time_ms_iqr", "val_samples", *SETTING_COLUMNS]
-    a = summary_a[[c for c in keep if c in summary_a]]
-    b = summary_b[[c for c in keep if c in summary_b]]
+    # sweeps from before gradient accumulation was an axis ran one micro-batch per update
+    a, b = (
+        s if "accumulation_steps" in s else s.assign(accumulation_steps=1)
+        for s in (summary_a, summary_b)
+    )
+    a = a[[c for c in keep if c in a]]
+    b = b[[c for c in keep if c in b]]
     merged = a.merge(b, on=list(GRID_KEYS), how="outer", suffixes=("_a", "_b"), indicator=True)
     rows = []
     for _, row in merged.iterrows():

@@ -21,7 +21,15 @@ from typing import Any
 SCHEMA_VERSION = 1
 
 #: Keys that identify a grid point; every result and every steps row carries them.
-GRID_KEYS = ("mode", "model", "dataset", "batch_size", "num_workers", "seed")
+GRID_KEYS = (
+    "mode",
+    "model",
+    "dataset",
+    "batch_size",
+    "accumulation_steps",
+    "num_workers",
+    "seed",
+)
 
 #: Columns of the per-step CSV a benchmark run writes next to its result.
 STEP_COLUMNS = (

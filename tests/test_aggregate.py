@@ -26,6 +26,7 @@ def make_result(**overrides) -> dict:
         "model": "small_cnn",
         "dataset": "synthetic",
         "batch_size": 64,
+        "accumulation_steps": 1,
         "num_workers": 0,
         "seed": 0,
         "device": "cpu",
@@ -68,7 +69,10 @@ def make_result(**overrides) -> dict:
 def write_run(folder, steps: int = 4, **overrides):
     """Write a result JSON and its steps CSV under ``folder``; returns the JSON path."""
     result = make_result(**overrides)
-    name = f"bs{result['batch_size']}_nw{result['num_workers']}_seed{result['seed']}"
+    name = (
+        f"bs{result['batch_size']}_acc{result['accumulation_steps']}"
+        f"_nw{result['num_workers']}_seed{result['seed']}"
+    )
     path = folder / result["mode"] / result["model"] / f"{name}.json"
     results.write_json(path, result)
     train = result["mode"] == "train"
@@ -233,7 +237,7 @@ def test_main_writes_summary_and_curves(tmp_path, capsys):
 
 
 def test_steps_path_is_derived_from_the_json_path(tmp_path):
-    assert aggregate.steps_path("r/bs64_nw2_seed0.json").name == "bs64_nw2_seed0.steps.csv"
+    assert aggregate.steps_path("r/bs64_acc1_nw2_seed0.json").name == "bs64_acc1_nw2_seed0.steps.csv"
     with pytest.raises(ValueError):
         aggregate.steps_path("r/bs64.csv")
 
@@ -358,7 +362,7 @@ def test_diagnosis_input_or_compute_bound_and_which_workers_removed_the_stall(tm
 def test_missing_and_failed_points_become_rows(tmp_path, capsys):
     runs = tmp_path / "runs" / "train" / "small_cnn"
     done = [write_run(tmp_path / "runs", batch_size=b) for b in (32, 64)]
-    failed, missing = runs / "bs128_nw0_seed0.json", runs / "bs256_nw0_seed0.json"
+    failed, missing = runs / "bs128_acc1_nw0_seed0.json", runs / "bs256_acc1_nw0_seed0.json"
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "failed.log").write_text(
@@ -406,7 +410,7 @@ def test_missing_and_failed_points_become_rows(tmp_path, capsys):
 
 def test_missing_result_is_an_error_unless_allowed(tmp_path):
     present = write_run(tmp_path, batch_size=32)
-    absent = tmp_path / "train" / "small_cnn" / "bs64_nw0_seed0.json"
+    absent = tmp_path / "train" / "small_cnn" / "bs64_acc1_nw0_seed0.json"
     with pytest.raises(FileNotFoundError):
         aggregate.read_grid([present, absent])
     pairs, rows = aggregate.read_grid([present, absent], allow_missing=True, dataset="cifar10")
@@ -417,6 +421,7 @@ def test_missing_result_is_an_error_unless_allowed(tmp_path):
             "model": "small_cnn",
             "dataset": "cifar10",
             "batch_size": 64,
+            "accumulation_steps": 1,
             "num_workers": 0,
             "seed": 0,
             "status": "missing",
@@ -436,11 +441,12 @@ def test_logs_must_parallel_results(tmp_path, capsys):
 
 
 def test_grid_point_of_a_path_follows_the_workflow_naming():
-    grid = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_nw4_seed3.json")
+    grid = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3.json")
     assert grid == {
         "mode": "infer",
         "model": "resnet18",
         "batch_size": 512,
+        "accumulation_steps": 1,
         "num_workers": 4,
         "seed": 3,
     }
@@ -481,9 +487,9 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
     runs = tmp_path / "runs"
     paths = [write_run(runs, batch_size=b, samples_per_s=10.0 * b) for b in (16, 32)]
     folder = runs / "train" / "small_cnn"
-    paths += [folder / "bs64_nw0_seed0.json", folder / "bs128_nw0_seed0.json"]
+    paths += [folder / "bs64_acc1_nw0_seed0.json", folder / "bs128_acc1_nw0_seed0.json"]
     log_dir = tmp_path / "logs" / "bench"
-    log = log_dir / "train" / "small_cnn" / "bs64_nw0_seed0.log"  # laid out as the results
+    log = log_dir / "train" / "small_cnn" / "bs64_acc1_nw0_seed0.log"  # laid out as the results
     log.parent.mkdir(parents=True)
     log.write_text("Killed\n")
     assert aggregate.log_path(log_dir, paths[2]) == log

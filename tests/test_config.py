@@ -48,6 +48,9 @@ BAD = [
     ("train.bogus", 1, "train.bogus"),
     ("dataset.name", "imagefolder", "dataset.path"),
     ("cpu_memory_budget_mb", 0, "cpu_memory_budget_mb"),
+    ("train.accumulation_steps", [1, 0], "train.accumulation_steps[1]"),
+    ("train.accumulation_steps", 4, "train.accumulation_steps"),
+    ("train.accumulation_steps", [2, 2], "train.accumulation_steps"),
 ]
 
 

@@ -130,8 +130,8 @@ def test_a_failed_grid_point_does_not_stop_the_others_and_is_listed_in_a_partial
     assert first.returncode != 0  # one job failed ...
     runs = tmp_path / "results" / "runs" / "infer" / "small_cnn"
     assert sorted(p.name for p in runs.glob("*.json")) == [
-        "bs16_nw0_seed0.json",
-        "bs8_nw0_seed0.json",
+        "bs16_acc1_nw0_seed0.json",
+        "bs8_acc1_nw0_seed0.json",
     ]
     assert not (tmp_path / "results" / "summary.csv").exists()  # ... the others still ran
 

@@ -15,7 +15,15 @@ from batchscope import plots
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run(mode="train", model="small_cnn", batch_size=64, num_workers=0, seed=0, status="ok"):
+def run(
+    mode="train",
+    model="small_cnn",
+    batch_size=64,
+    num_workers=0,
+    seed=0,
+    status="ok",
+    accumulation_steps=1,
+):
     """One summary row; throughput grows with batch size, failed runs have no numbers."""
     ok = status == "ok"
     train = mode == "train"
@@ -24,6 +32,7 @@ def run(mode="train", model="small_cnn", batch_size=64, num_workers=0, seed=0, s
         "model": model,
         "dataset": "synthetic",
         "batch_size": batch_size,
+        "accumulation_steps": accumulation_steps,
         "num_workers": num_workers,
         "seed": seed,
         "device": "cpu",
@@ -340,6 +349,33 @@ def test_loss_curves_show_phases_oom_and_divergence():
     assert "bs 128 diverged" in found
     assert {"warm-up step", "7", "50", "256"} <= set(found)
     assert fig.axes[0].get_xlabel() == "samples seen (samples)"
+
+
+def test_each_accumulation_value_gets_its_own_panels():
+    rows = [
+        run("train", batch_size=b, num_workers=w, accumulation_steps=a)
+        for b in (16, 64)
+        for w in (0, 2)
+        for a in (1, 4)
+    ]
+    rows += [run("infer", batch_size=b, num_workers=w) for b in (16, 64) for w in (0, 2)]
+    summary = pd.DataFrame(rows)
+    accumulated = (
+        "train / small_cnn (synthetic)\n4 accumulation steps (effective batch = batch size x 4)"
+    )
+    expected = [
+        "infer / small_cnn (synthetic)",
+        "train / small_cnn (synthetic)",
+        accumulated,
+    ]
+    figures = [plots.throughput_figure(summary), plots.data_wait_figure(summary)]
+    for fig in figures:
+        assert [ax.get_title() for ax in fig.axes if ax.get_title()] == expected
+    loss = plots.loss_curves_figure(curves_for(summary), summary)
+    assert [ax.get_title() for ax in loss.axes] == expected[1:]
+    # the x axis stays the micro-batch size each run was given
+    throughput = figures[0].axes[2]
+    assert [t.get_text() for t in throughput.get_xticklabels()] == ["16", "64"]
 
 
 @pytest.mark.parametrize("figure", [plots.loss_curves_figure, plots.val_accuracy_figure])

@@ -157,7 +157,7 @@ def test_benchmarks_get_the_gpu_one_at_a_time_with_workers_plus_threads_cpus(swe
     spans = sorted((job["StartTime"], job["EndTime"]) for job in gpu_jobs)
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
     for mode, bs in GRID:
-        result = workdir / f"results/runs/{mode}/small_cnn/bs{bs}_nw0_seed0.json"
+        result = workdir / f"results/runs/{mode}/small_cnn/bs{bs}_acc1_nw0_seed0.json"
         assert json.loads(result.read_text())["torch_threads"] == threads
 
 

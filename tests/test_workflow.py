@@ -147,10 +147,10 @@ def test_summary_has_one_ok_row_per_grid_point_with_the_environment(fmnist_run):
 @needs_fmnist
 def test_each_run_measures_exactly_its_batch_size_after_warmup(fmnist_run):
     workdir, _ = fmnist_run
-    steps = pd.read_csv(workdir / "results/runs/train/small_cnn/bs7_nw1_seed0.steps.csv")
+    steps = pd.read_csv(workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0.steps.csv")
     assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 6
     assert list(steps["samples_seen"]) == [7 * i for i in range(1, 9)]
-    result = json.loads((workdir / "results/runs/train/small_cnn/bs7_nw1_seed0.json").read_text())
+    result = json.loads((workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0.json").read_text())
     assert result["measured_samples"] == 42 and result["batch_size"] == 7
     assert result["pythonhashseed"] == "0" and result["deterministic"] is True
     curves = pd.read_csv(workdir / "results" / "curves.csv")
@@ -179,7 +179,7 @@ def test_rerun_does_only_what_is_missing(fmnist_run):
     nothing = snakemake(workdir, "-n", "--configfile", str(config))
     assert "Nothing to be done" in nothing.stdout + nothing.stderr
     # as after a run in which one grid point failed: its result and the table are missing
-    removed = [workdir / "results/runs/infer/small_cnn/bs50_nw0_seed0.json"]
+    removed = [workdir / "results/runs/infer/small_cnn/bs50_acc1_nw0_seed0.json"]
     removed.append(workdir / "results/summary.csv")
     for path in removed:  # set aside, restored for the tests that read them
         path.rename(path.with_name(path.name + ".aside"))

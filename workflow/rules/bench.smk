@@ -1,4 +1,4 @@
-# Stage 3: one benchmark job per mode x model x batch size x workers x seed.
+# Stage 3: one benchmark job per mode x model x batch size x accumulation x workers x seed.
 
 
 rule bench:
@@ -23,6 +23,7 @@ rule bench:
         "PYTHONHASHSEED={wildcards.seed} python -m batchscope.bench"
         " --mode {wildcards.mode} --model {wildcards.model}"
         " --batch-size {wildcards.batch_size} --num-workers {wildcards.num_workers}"
+        " --accumulation-steps {wildcards.accumulation_steps}"
         " --seed {wildcards.seed} --threads {threads} {params.options}"
         " --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
 

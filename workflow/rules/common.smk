@@ -25,6 +25,7 @@ wildcard_constraints:
     mode="train|infer",
     model="[A-Za-z0-9_]+",
     batch_size=r"[1-9]\d*",
+    accumulation_steps=r"[1-9]\d*",
     num_workers=r"\d+",
     seed=r"\d+",
     dataset="fashion_mnist|cifar10|imagefolder",
@@ -38,7 +39,7 @@ resource_scopes:
 
 
 DATASET = config["dataset"]["name"]
-RUN = "results/runs/{mode}/{model}/bs{batch_size}_nw{num_workers}_seed{seed}"
+RUN = "results/runs/{mode}/{model}/bs{batch_size}_acc{accumulation_steps}_nw{num_workers}_seed{seed}"
 PLOTS = [
     "throughput",
     "peak_memory",
@@ -63,8 +64,13 @@ def batch_sizes(mode, model):
         return json.load(handle)["grid"]
 
 
+def accumulation_steps(mode):
+    """Gradient accumulation is a training axis; inference runs take one batch at a time."""
+    return config["train"]["accumulation_steps"] if mode == "train" else [1]
+
+
 def grid_stems():
-    """One path stem per grid point: mode x model x batch size x workers x seed."""
+    """One path stem per grid point: mode x model x batch size x accumulation x workers x seed."""
     return [
         stem
         for mode in config["modes"]
@@ -74,6 +80,7 @@ def grid_stems():
             mode=mode,
             model=model,
             batch_size=batch_sizes(mode, model),
+            accumulation_steps=accumulation_steps(mode),
             num_workers=config["num_workers"],
             seed=config["seeds"],
         )
@@ -292,7 +299,6 @@ def convergence_options():
     args = [
         "--epochs", train["epochs"],
         "--val-batch-size", train["val_batch_size"],
-        "--accumulation-steps", train["accumulation_steps"],
         "--lr-scaling", train["lr_scaling"],
         "--lr-warmup-steps", train["lr_warmup_steps"],
         "--lr-decay", train["lr_decay"],
