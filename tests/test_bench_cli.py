@@ -55,3 +55,41 @@ def test_batch_too_large_for_the_data_is_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("batchscope bench: error: batch_size 400 gives 1 steps")
     assert "Traceback" not in done.stderr
+
+
+_EXIT = """
+import atexit, multiprocessing, sys, time
+from batchscope.bench import exit_without_teardown
+atexit.register(lambda: print("teardown", flush=True))
+if sys.argv[1] == "child":
+    multiprocessing.Process(target=time.sleep, args=(30,), daemon=True).start()
+print("result written", end="")
+exit_without_teardown(3)
+"""
+
+
+@pytest.mark.parametrize("child", ["none", "child"])
+def test_bench_skips_teardown_only_when_no_child_process_is_left(child):
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT, child], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 3
+    assert done.stdout.startswith("result written")  # flushed before the hard exit
+    # a live child (a DataLoader worker, say): the normal shutdown runs and stops it
+    assert ("teardown" in done.stdout) == (child == "child")
+
+
+def test_inference_refuses_accumulation_in_one_line(tmp_path):
+    out = tmp_path / "infer"
+    cmd = [sys.executable, "-m", "batchscope.bench", "--mode", "infer", "--model", "small_cnn"]
+    cmd += ["--dataset", "synthetic", "--dataset-options", json.dumps(SYNTHETIC)]
+    cmd += ["--batch-size", "8", "--num-workers", "0", "--seed", "0", "--accumulation-steps", "2"]
+    cmd += ["--output", f"{out}.json", "--steps", f"{out}.steps.csv"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith("--accumulation-steps is a training setting: inference runs use 1")
+    )
+    assert not out.with_suffix(".json").exists()
