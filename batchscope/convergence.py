@@ -492,6 +492,30 @@ def _sq_norm(tensors: Iterable[torch.Tensor]) -> float:
     return float(sum(t.detach().double().pow(2).sum() for t in tensors))
 
 
+def _mean_grads(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    chunk: int | None,
+) -> list[torch.Tensor]:
+    """The mean gradient over ``x`` from backward passes of at most ``chunk`` samples each,
+    each weighted by its share (``loss_fn`` averages over its batch)."""
+    n = int(x.shape[0])
+    size = n if chunk is None else max(1, chunk)
+    total: list[torch.Tensor] = []
+    for start in range(0, n, size):
+        part = slice(start, start + size)
+        weight = x[part].shape[0] / n
+        grads = _grads(model, loss_fn(model(x[part]), y[part]))
+        total = (
+            [weight * g for g in grads]
+            if not total
+            else [t + weight * g for t, g in zip(total, grads, strict=True)]
+        )
+    return total
+
+
 def gradient_sq_norms(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -499,6 +523,7 @@ def gradient_sq_norms(
     y: torch.Tensor,
     *,
     batch_small: int,
+    chunk: int | None = None,
 ) -> tuple[float, float]:
     """(|G_small|², |G_big|²) from one batch: its first ``batch_small`` samples, and all of it.
 
@@ -506,6 +531,9 @@ def gradient_sq_norms(
     batch; the big batch's mean gradient is G_big = (b·G_small + (B−b)·G_rest)/B (``loss_fn``
     must average over its batch). The small gradient is part of the big one; each still has
     E|G_B|² = |G|² + tr(Σ)/B, so ``noise_estimates`` stays unbiased.
+
+    With ``chunk`` (the micro-batch of an accumulating run), no backward pass takes more than
+    that many samples: the measurement needs no more memory than a training step.
 
     Leaves the model as it found it: gradients go through ``torch.autograd.grad`` (``.grad`` is
     untouched), buffers (BatchNorm running statistics) are restored and the RNG is forked
@@ -519,8 +547,8 @@ def gradient_sq_norms(
     device_type = None if x.device.type == "cpu" else x.device.type
     try:
         with torch.random.fork_rng(devices=devices, device_type=device_type):
-            g_small = _grads(model, loss_fn(model(x[:batch_small]), y[:batch_small]))
-            g_rest = _grads(model, loss_fn(model(x[batch_small:]), y[batch_small:]))
+            g_small = _mean_grads(model, loss_fn, x[:batch_small], y[:batch_small], chunk)
+            g_rest = _mean_grads(model, loss_fn, x[batch_small:], y[batch_small:], chunk)
     finally:
         with torch.no_grad():
             for buffer, saved in buffers:

@@ -487,7 +487,9 @@ def _convergence_hook(model, cfg: RunConfig, device, val_loader, noise):
             state["reached"] = _meets_target(cfg, extra)
         if noise is not None and step % cfg.noise_every_steps == 0:
             xd, yd = _to_device(x, y, device, cfg)
-            small, big = gradient_sq_norms(model, loss_fn, xd, yd, batch_small=noise.batch_small)
+            small, big = gradient_sq_norms(
+                model, loss_fn, xd, yd, batch_small=noise.batch_small, chunk=cfg.batch_size
+            )
             noise.update(small, big)
             extra["noise_sq_small"], extra["noise_sq_big"] = small, big
         return extra or None

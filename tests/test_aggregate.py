@@ -237,7 +237,8 @@ def test_main_writes_summary_and_curves(tmp_path, capsys):
 
 
 def test_steps_path_is_derived_from_the_json_path(tmp_path):
-    assert aggregate.steps_path("r/bs64_acc1_nw2_seed0.json").name == "bs64_acc1_nw2_seed0.steps.csv"
+    steps = aggregate.steps_path("r/bs64_acc1_nw2_seed0.json")
+    assert steps.name == "bs64_acc1_nw2_seed0.steps.csv"
     with pytest.raises(ValueError):
         aggregate.steps_path("r/bs64.csv")
 

@@ -382,6 +382,22 @@ def test_gradient_sq_norms_match_direct_gradients_and_leave_the_model_alone():
         cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=32)
 
 
+def test_gradient_sq_norms_in_micro_batch_chunks_equal_the_whole_passes():
+    # what an accumulating run measures with: no pass larger than its micro-batch
+    torch.manual_seed(4)
+    model = _mlp().double()
+    x, y = _data(48, (6,))
+    whole = cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12)
+    for chunk in (5, 12, 48):
+        chunked = cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12, chunk=chunk)
+        assert chunked == pytest.approx(whole, rel=1e-10)
+    passes = []
+    handle = model.register_forward_hook(lambda _m, inputs, _o: passes.append(len(inputs[0])))
+    cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12, chunk=5)
+    handle.remove()
+    assert max(passes) == 5 and sum(passes) == 48
+
+
 # ---------------------------------------------------------------- knee of the curve
 
 

@@ -150,7 +150,8 @@ def test_each_run_measures_exactly_its_batch_size_after_warmup(fmnist_run):
     steps = pd.read_csv(workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0.steps.csv")
     assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 6
     assert list(steps["samples_seen"]) == [7 * i for i in range(1, 9)]
-    result = json.loads((workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0.json").read_text())
+    run = workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0.json"
+    result = json.loads(run.read_text())
     assert result["measured_samples"] == 42 and result["batch_size"] == 7
     assert result["pythonhashseed"] == "0" and result["deterministic"] is True
     curves = pd.read_csv(workdir / "results" / "curves.csv")
