@@ -83,6 +83,20 @@ def test_dry_run_lists_exactly_one_job_per_grid_point(tmp_path):
     }
 
 
+def test_accumulation_multiplies_the_training_grid_only(tmp_path):
+    train = {**TINY["train"], "accumulation_steps": [1, 4]}
+    config = write_config(tmp_path, **{**TINY, "train": train})
+    done = snakemake(tmp_path, "-n", "--configfile", str(config))
+    assert done.returncode == 0, done.stderr
+    counts = job_counts(done.stdout + done.stderr)
+    assert counts["bench"] == 2 * 2 * 2 + 2 * 2  # train: batch x accumulation x workers; infer
+    outputs = [line.split("output: ")[1] for line in done.stdout.splitlines() if "output: " in line]
+    runs = {o.split(",")[0] for o in outputs if o.startswith("results/runs/")}
+    assert "results/runs/train/small_cnn/bs50_acc4_nw1_seed0.json" in runs
+    assert {r for r in runs if "_acc4_" in r and "/infer/" in r} == set()
+    assert "--accumulation-steps 4" in done.stdout  # the wildcard reaches the job
+
+
 BAD = [
     ("models", ["resnet1000"], "models[0]"),
     ("batch_sizes", [0], "batch_sizes[0]"),
