@@ -16,7 +16,9 @@ runs only, one DataLoader worker count: see ``chosen_workers``), this writes
 - ``convergence_noise_scale.png``: B_simple over training, per batch size, with its interval;
 - ``convergence.md`` and ``convergence.html``: the per-batch-size table, B_simple, the knee and
   the regimes, the recommendation (the batch size with the lowest time to target) and how to
-  read it all.
+  read it all;
+- ``convergence.json``: the same findings, machine-readable (``write_findings``), for
+  ``batchscope.recommend --convergence``.
 
 The knee
 --------
@@ -115,6 +117,10 @@ LOSS_TIME_PNG = "convergence_loss_time.png"
 NOISE_PNG = "convergence_noise_scale.png"
 MARKDOWN = "convergence.md"
 HTML = "convergence.html"
+FINDINGS = "convergence.json"
+
+#: Bumped whenever a key of ``convergence.json`` changes meaning.
+FINDINGS_VERSION = 1
 
 #: Artist labels (gid) the steps figure gives what it draws, so tests and readers can find them.
 GID_MEAN = "mean_steps"
@@ -353,13 +359,12 @@ def _prepare(summary: pd.DataFrame) -> pd.DataFrame:
     for column in NUMERIC:
         if column in frame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    # rows without a result (failed, missing) have no effective batch: take their batch size's
-    # from rows that ran, else the batch size itself
+    # accumulation is a grid key (rows without a result have it from their path); sweeps from
+    # before it was one ran a single micro-batch per update
+    accumulation = frame.get("accumulation_steps", pd.Series(np.nan, index=frame.index))
+    frame["accumulation_steps"] = accumulation.fillna(1).astype(int)
     effective = frame.get("effective_batch_size", pd.Series(np.nan, index=frame.index))
-    known = frame.assign(effective=effective).dropna(subset=["effective"])
-    by_batch = known.groupby("batch_size")["effective"].first()
-    filled = effective.fillna(frame["batch_size"].map(by_batch)).fillna(frame["batch_size"])
-    frame["batch"] = filled.astype(int)
+    frame["batch"] = effective.fillna(frame["batch_size"] * frame["accumulation_steps"]).astype(int)
     reached = frame.get("target_reached", pd.Series(False, index=frame.index))
     frame["reached"] = [_truthy(v) for v in reached]
     return frame
@@ -492,10 +497,14 @@ class ModelReport:
     best: dict[str, Any] | None
     recommendation: str
     eval_every: float | None = None
+    accumulation: int = 1  # micro-batches per update of every run in this report
 
     @property
     def title(self) -> str:
-        return f"{self.model} ({self.dataset}), {self.workers} DataLoader worker(s)"
+        title = f"{self.model} ({self.dataset}), {self.workers} DataLoader worker(s)"
+        if self.accumulation != 1:
+            title += f", {self.accumulation} accumulation steps"
+        return title
 
     @property
     def target_text(self) -> str:
@@ -538,14 +547,16 @@ def _sizes(sizes: Iterable[Any]) -> str:
 
 
 def analyse(summary: pd.DataFrame, curves: pd.DataFrame | None = None) -> list[ModelReport]:
-    """One report per model x dataset with training runs, sorted by model. With ``curves``,
-    each report also knows how often its runs evaluated (``eval_every``)."""
+    """One report per model x dataset x accumulation steps with training runs, sorted by those
+    (runs of one effective batch made of different micro-batches are not pooled). With
+    ``curves``, each report also knows how often its runs evaluated (``eval_every``)."""
     if summary.empty or "mode" not in summary:
         return []
     frame = _prepare(summary)
     train = frame[frame["mode"] == "train"]
     reports = []
-    for (model, dataset), rows in train.groupby(["model", "dataset"], sort=True):
+    keys = ["model", "dataset", "accumulation_steps"]
+    for (model, dataset, accumulation), rows in train.groupby(keys, sort=True):
         workers = chosen_workers(rows)
         others = tuple(sorted(int(w) for w in set(rows["num_workers"]) - {workers}))
         rows = rows[rows["num_workers"] == workers]
@@ -571,6 +582,7 @@ def analyse(summary: pd.DataFrame, curves: pd.DataFrame | None = None) -> list[M
             noise=noise_scale(rows),
             best=None,
             recommendation="",
+            accumulation=int(accumulation),
         )
         report.best, report.recommendation = recommend(report)
         if curves is not None:
@@ -617,7 +629,7 @@ def recommend(report: ModelReport) -> tuple[dict[str, Any] | None, str]:
     table = report.table
     if report.metric is None:
         return None, "No training target was configured (train.target_accuracy or target_loss)."
-    candidates = table[table["all_reached"] & table["seconds_mean"].notna()]
+    candidates = _candidates(table)
     if candidates.empty:
         if table["n_reached"].sum() == 0:
             return None, (
@@ -654,49 +666,76 @@ def recommend(report: ModelReport) -> tuple[dict[str, Any] | None, str]:
             if overlap is not None
             else "."
         )
-    fastest = table[table["samples_per_s"].notna()]
-    if len(fastest):
-        top = fastest.sort_values("samples_per_s").iloc[-1]
-        if top["batch"] != best["batch"]:
-            if top["all_reached"]:
-                outcome = f"takes {top['seconds_mean']:.1f} s to the target"
-            else:
-                outcome = f"reached the target in {top['n_reached']} of {top['n_seeds']} seeds"
-            text += (
-                f" The highest throughput is at batch size {top['batch']} "
-                f"({top['samples_per_s']:.0f} samples/s), which {outcome}: throughput alone "
-                "would have chosen it."
-            )
+    top = highest_throughput(table)
+    if top is not None and top["batch"] != best["batch"]:
+        if top["all_reached"]:
+            outcome = f"takes {top['seconds_mean']:.1f} s to the target"
+        else:
+            outcome = f"reached the target in {top['n_reached']} of {top['n_seeds']} seeds"
+        text += (
+            f" The highest throughput is at batch size {top['batch']} "
+            f"({top['samples_per_s']:.0f} samples/s), which {outcome}: throughput alone "
+            "would have chosen it."
+        )
     text += " " + _position(best["batch"], report)
     return best, text
 
 
+def _candidates(table: pd.DataFrame) -> pd.DataFrame:
+    """The batch sizes a recommendation may pick: every seed ran ok and reached the target."""
+    return table[table["all_reached"] & table["seconds_mean"].notna()]
+
+
+def highest_throughput(table: pd.DataFrame) -> dict[str, Any] | None:
+    """The table row of the batch size with the most samples/s (None when none ran ok)."""
+    fastest = table[table["samples_per_s"].notna()]
+    if fastest.empty:
+        return None
+    return fastest.sort_values("samples_per_s").iloc[-1].to_dict()
+
+
+def position(batch: int, report: ModelReport) -> dict[str, str | None]:
+    """Where ``batch`` sits: ``b_simple`` and ``knee`` are ``below``, ``around`` (within
+    AROUND_FACTOR) or ``above`` them (None when unmeasured or not fitted; a knee at the search's
+    edge counts as beyond the measured range), ``regime`` its regime on the fitted curve."""
+    noise, knee = report.noise, report.knee
+    if knee is None:
+        to_knee = None
+    elif knee.b_noise is not None:
+        to_knee = relation(batch, knee.b_noise)
+    else:  # beyond the largest batch (edge above), or below the smallest (edge below)
+        to_knee = "below" if knee.edge == "above" else "above"
+    row = report.table[report.table["batch"] == batch]
+    return {
+        "b_simple": relation(batch, noise.median) if noise is not None else None,
+        "knee": to_knee,
+        "regime": row["regime"].iloc[0] if len(row) and row["regime"].iloc[0] else None,
+    }
+
+
 def _position(batch: int, report: ModelReport) -> str:
+    where = position(batch, report)
     parts = []
     if report.noise is not None:
         parts.append(
-            f"{relation(batch, report.noise.median)} the gradient noise scale B_simple ≈ "
-            f"{_num(report.noise.median)}"
+            f"{where['b_simple']} the gradient noise scale B_simple ≈ {_num(report.noise.median)}"
         )
     else:
         parts.append("B_simple was not measured (train.noise_scale_every_steps)")
     knee = report.knee
     if knee is not None and knee.b_noise is not None:
-        parts.append(f"{relation(batch, knee.b_noise)} the knee B_noise ≈ {knee.b_noise:.0f}")
+        parts.append(f"{where['knee']} the knee B_noise ≈ {knee.b_noise:.0f}")
     elif knee is not None and knee.edge == "above":
         parts.append("below the knee, which lies beyond the largest batch size measured")
     elif knee is not None:
         parts.append("above the knee: no larger batch size cut the steps to the target")
     else:
         parts.append("the knee could not be fitted")
-    where = ""
-    row = report.table[report.table["batch"] == batch]
-    if len(row) and row["regime"].iloc[0]:
-        where = f", in the {row['regime'].iloc[0]} regime"
+    regime_text = f", in the {where['regime']} regime" if where["regime"] else ""
     return (
         f"Batch size {batch} is "
         + " and ".join(parts)
-        + f"{where} (around: within a factor of two)."
+        + f"{regime_text} (around: within a factor of two)."
     )
 
 
@@ -990,9 +1029,12 @@ def _run_curves(curves: pd.DataFrame, summary: pd.DataFrame, report: ModelReport
         & (frame["model"] == report.model)
         & (frame["dataset"] == report.dataset)
         & (frame["num_workers"] == report.workers)
+        & (frame["accumulation_steps"] == report.accumulation)
         & (frame["status"] == "ok")
     ]
-    keys = ["mode", "model", "dataset", "batch_size", "num_workers", "seed"]
+    keys = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers", "seed"]
+    if "accumulation_steps" not in curves:
+        curves = curves.assign(accumulation_steps=1)
     columns = [*keys, "batch", "noise_scale_batch_small", "noise_scale_batch_big"]
     runs = runs.reindex(columns=columns)
     rows = curves.merge(runs, on=keys, how="inner")
@@ -1241,6 +1283,14 @@ def evidence_table(report: ModelReport) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
 
 
+def regime_groups(report: ModelReport) -> dict[str, list[int]]:
+    """The batch sizes in each regime of the fitted curve, by regime (every REGIMES key)."""
+    regimes = report.table.dropna(subset=["regime"])
+    return {
+        name: [int(b) for b in regimes.loc[regimes["regime"] == name, "batch"]] for name in REGIMES
+    }
+
+
 def critical_batch_notes(report: ModelReport) -> list[str]:
     """B_simple, the knee, their comparison and the regimes, one sentence each."""
     notes = []
@@ -1290,10 +1340,7 @@ def critical_batch_notes(report: ModelReport) -> list[str]:
         else:
             text = "Knee: below the smallest batch size: larger batches never cut the steps."
         notes.append(f"{text} {report.knee_note}")
-        regimes = report.table.dropna(subset=["regime"])
-        groups = {
-            name: regimes.loc[regimes["regime"] == name, "batch"].tolist() for name in REGIMES
-        }
+        groups = regime_groups(report)
         notes.append(
             "Regimes (fitted curve): "
             + "; ".join(f"{name}: {_sizes(sizes)}" for name, sizes in groups.items() if sizes)
@@ -1427,6 +1474,153 @@ def render_html(reports: Sequence[ModelReport]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# The findings, machine-readable (convergence.json)
+# --------------------------------------------------------------------------------------------
+
+
+def _float(value: Any) -> float | None:
+    """A number for JSON: None when missing (NaN and ±inf become null in ``write_json``)."""
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _text(value: Any) -> str | None:
+    """A text cell for JSON: None when missing or empty."""
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value)
+
+
+def _quantity(row: Mapping[str, Any], quantity: str) -> dict[str, Any]:
+    return {
+        "mean": _float(row[f"{quantity}_mean"]),
+        "low": _float(row[f"{quantity}_low"]),
+        "high": _float(row[f"{quantity}_high"]),
+        "values": [float(v) for v in row[f"{quantity}_values"]],
+    }
+
+
+def _batch_findings(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of a model's table (``batch_table``), as JSON-ready values."""
+    batch, micro = int(row["batch"]), int(row["micro_batch"])
+    return {
+        "batch_size": batch,
+        "micro_batch_size": micro,
+        "accumulation_steps": batch // micro,
+        "n_seeds": int(row["n_seeds"]),
+        "n_reached": int(row["n_reached"]),
+        "n_not_reached": int(row["n_not_reached"]),
+        "n_failed": int(row["n_failed"]),
+        "failures": _text(row["failures"]),
+        "all_reached": bool(row["all_reached"]),
+        "lr": _float(row["lr"]),
+        "base_lr": _float(row["base_lr"]),
+        "lr_scaling": _text(row["lr_scaling"]),
+        "samples_per_s": _float(row["samples_per_s"]),
+        "seconds_to_target": _quantity(row, "seconds"),
+        "steps_to_target": _quantity(row, "steps"),
+        "samples_to_target": _quantity(row, "samples"),
+        "budget_steps": [float(v) for v in row["budget_steps"]],
+        "regime": _text(row["regime"]),
+    }
+
+
+def findings(report: ModelReport) -> dict[str, Any]:
+    """What the report found for one model, as JSON-ready values (see ``write_findings``)."""
+    table = report.table
+    best = None
+    if report.best is not None:
+        where = position(report.best["batch"], report)
+        best = _batch_findings(report.best) | {
+            "position": where | {"text": _position(report.best["batch"], report)}
+        }
+    top = highest_throughput(table)
+    noise = report.noise
+    b_simple = None
+    if noise is not None:
+        b_simple = {
+            "value": noise.median,
+            "low": _float(noise.low),
+            "high": noise.high,  # inf (an open upper bound) becomes null
+            "smallest": noise.smallest,
+            "largest": noise.largest,
+            "n_runs": noise.n_runs,
+            "n_unusable": noise.n_unusable,
+        }
+    knee = None
+    if report.knee is not None:
+        fitted = report.knee
+        knee = {
+            "b_noise": fitted.b_noise,
+            "edge": fitted.edge,
+            "interval": list(fitted.interval) if fitted.interval is not None else None,
+            "s_min": fitted.s_min,
+            "rms_log_residual": fitted.rms_log_residual,
+            "fitted_batch_sizes": [int(b) for b, _ in fitted.points],
+        }
+    return {
+        "mode": "train",
+        "model": report.model,
+        "dataset": report.dataset,
+        "accumulation_steps": report.accumulation,
+        "num_workers": report.workers,
+        "other_workers": list(report.other_workers),
+        "target": None
+        if report.metric is None
+        else {"metric": report.metric, "value": report.target, "text": report.target_text},
+        "best": best,
+        "candidates": [int(b) for b in _candidates(table)["batch"]],
+        "highest_throughput": _batch_findings(top) if top is not None else None,
+        "b_simple": b_simple,
+        "knee": knee,
+        "knee_note": report.knee_note,
+        "regimes": regime_groups(report) if report.knee is not None else None,
+        "never_reached": [int(b) for b in table.loc[table["n_reached"] == 0, "batch"]],
+        "partly_reached": [
+            int(b) for b in table.loc[(table["n_reached"] > 0) & ~table["all_reached"], "batch"]
+        ],
+        "batches": [_batch_findings(row) for row in table.to_dict("records")],
+        "recommendation": report.recommendation,
+    }
+
+
+def write_findings(reports: Sequence[ModelReport], path: str | Path) -> None:
+    """Write ``convergence.json``: ``{"version", "document", "groups": [...]}``, one group per
+    model x dataset of the report (mode ``train``), each ``findings(report)``.
+
+    A group: ``mode``, ``model``, ``dataset``, ``accumulation_steps`` (of every run in it),
+    ``num_workers`` (the worker count the report
+    uses) and ``other_workers``; ``target`` (``metric``, ``value``, ``text``; null without one);
+    ``best``, the batch size with the lowest mean seconds to the target among ``candidates``
+    (those every seed reached), null when none: a batch entry plus ``position`` (``b_simple`` and
+    ``knee``: ``below``, ``around`` or ``above``, null when unmeasured or not fitted; ``regime``;
+    ``text``, the report's sentence); ``highest_throughput`` (a batch entry); ``b_simple``
+    (``value``, the median over runs, ``low``, ``high`` (null: open), ``smallest``, ``largest``,
+    ``n_runs``, ``n_unusable``; null when not measured); ``knee`` (``b_noise``, null when the fit
+    lies at the search's ``edge``, ``above`` or ``below``; ``interval``, bootstrap 95% [low,
+    high], an end 0 or null (infinite) when resamples hit the edges; ``s_min``,
+    ``rms_log_residual``, ``fitted_batch_sizes``; null when not fitted), ``knee_note``;
+    ``regimes`` (regime: batch sizes); ``never_reached`` (no seed reached the target, whether
+    they ran short of it or failed) and ``partly_reached`` batch sizes; ``batches`` (every
+    batch entry); ``recommendation`` (the report's text).
+
+    A batch entry: ``batch_size`` (effective), ``micro_batch_size``, ``accumulation_steps``,
+    seed counts (``n_seeds``, ``n_reached``, ``n_not_reached``, ``n_failed``, ``failures``),
+    ``all_reached``, ``lr`` (the effective learning rate), ``base_lr``, ``lr_scaling``,
+    ``samples_per_s``, ``seconds_to_target``, ``steps_to_target`` and ``samples_to_target``
+    (``mean``, 95% Student-t ``low`` and ``high``, per-seed ``values``), ``budget_steps`` and
+    ``regime``.
+    """
+    results.write_json(
+        path,
+        {
+            "version": FINDINGS_VERSION,
+            "document": HTML,
+            "groups": [findings(report) for report in reports],
+        },
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
 
@@ -1439,7 +1633,7 @@ def save_png(fig: Figure, path: str | Path) -> None:
 
 
 def write_all(summary: pd.DataFrame, curves: pd.DataFrame, outdir: str | Path) -> list[ModelReport]:
-    """Analyse, and write every figure and both documents into ``outdir``."""
+    """Analyse, and write every figure, both documents and the findings into ``outdir``."""
     outdir = Path(outdir)
     reports = analyse(summary, curves)
     for name, fig in all_figures(reports, summary, curves).items():
@@ -1447,6 +1641,7 @@ def write_all(summary: pd.DataFrame, curves: pd.DataFrame, outdir: str | Path) -
         plt.close(fig)
     results.write_text(outdir / MARKDOWN, render_markdown(reports))
     results.write_text(outdir / HTML, render_html(reports))
+    write_findings(reports, outdir / FINDINGS)
     return reports
 
 

@@ -13,11 +13,18 @@ their median (unknown with a single window; results without it fall back to the 
 IQR over the median step time). The runner-up is "within noise" when its gap to the best is
 smaller than the larger of the two spreads.
 
+Time to target: throughput is not the whole answer for training. Given the convergence
+report's findings (``convergence.json`` of ``batchscope.convergence_report``, ``--convergence``),
+each training recommendation also names the batch size with the lowest mean time to the
+training target and the learning rate it used, compares it with the throughput pick, and says
+where it sits relative to the gradient noise scale B_simple and the knee of the steps curve.
+
 Command line::
 
     python -m batchscope.recommend --summary results/summary.csv \\
         --env results/env/environment.json \\
-        --markdown results/recommendation.md --html results/recommendation.html
+        --markdown results/recommendation.md --html results/recommendation.html \\
+        [--convergence results/convergence/convergence.json]
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import html
 import math
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -34,7 +42,9 @@ import pandas as pd
 from batchscope import aggregate, results
 
 #: A rec is made per distinct value of these (dataset is one per model in a usual sweep).
-GROUP_KEYS = ["mode", "model", "dataset"]
+#: One recommendation per distinct value of these: with several ``accumulation_steps`` (a
+#: training axis) each value gets its own, as a plot gets its own panel.
+GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps"]
 
 #: Spread (%) above which a measurement is called noisy (STYLE: IQR over 10% of the median).
 NOISY_PCT = 10.0
@@ -90,6 +100,9 @@ TRAIN_ONLY_COLUMNS = ("val_accuracy", "final_loss")
 #: Error messages (a CUDA OOM message is long) are cut to this many characters in the table.
 ERROR_CHARS = 80
 
+#: Heading of the time-to-target part of a training recommendation (``--convergence``).
+TIME_TO_TARGET = "Time to target"
+
 
 def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
@@ -99,6 +112,9 @@ def _prepare(summary: pd.DataFrame) -> pd.DataFrame:
     """Copy with the numeric columns numeric (absent ones as NaN), ``error`` and ``noisy``
     present, and the diagnosis (``bound``, ``stall_removed_by_workers``) computed afresh."""
     frame = summary.copy()
+    # sweeps from before accumulation was an axis ran one micro-batch per update
+    accumulation = frame.get("accumulation_steps", pd.Series(1, index=frame.index))
+    frame["accumulation_steps"] = pd.to_numeric(accumulation).fillna(1).astype(int)
     for column in NUMERIC_COLUMNS:
         frame[column] = pd.to_numeric(frame[column]) if column in frame else float("nan")
     for column in ("error", "noisy"):
@@ -206,7 +222,7 @@ def _sorted_sizes(rows: pd.DataFrame, status: str) -> list[int]:
 
 
 def _recommend_group(key: tuple, rows: pd.DataFrame) -> dict[str, Any]:
-    mode, model, dataset = key
+    mode, model, dataset, accumulation = key
     points = _points(rows)
     best = _point(points.iloc[0]) if len(points) else None
     runner_up = _point(points.iloc[1]) if len(points) > 1 else None
@@ -227,6 +243,7 @@ def _recommend_group(key: tuple, rows: pd.DataFrame) -> dict[str, Any]:
         "mode": mode,
         "model": model,
         "dataset": dataset,
+        "accumulation_steps": int(accumulation),
         "devices": sorted({str(d) for d in rows.get("device", pd.Series()).dropna()}),
         "n_runs": len(rows),
         "n_ok": int((rows["status"] == "ok").sum()),
@@ -270,7 +287,11 @@ def _env_mismatches(rows: pd.DataFrame) -> int:
     return int((rows["env_matches_capture"].astype(str).str.lower() == "false").sum())
 
 
-def recommend(summary_df: pd.DataFrame) -> list[dict[str, Any]]:
+def recommend(
+    summary_df: pd.DataFrame,
+    convergence: Mapping[str, Any] | None = None,
+    document: str = "convergence.html",
+) -> list[dict[str, Any]]:
     """One recommendation dict per mode x model (x dataset), sorted by those keys.
 
     Keys: mode, model, dataset, devices, n_runs, n_ok; best and runner_up (pooled configuration
@@ -285,15 +306,168 @@ def recommend(summary_df: pd.DataFrame) -> list[dict[str, Any]]:
     stall_fixes (input-bound configurations at the best's batch size whose stall the best's
     worker count removed); best_accuracy (train, only when another configuration than the best);
     env_mismatch_runs; evidence (one dict per run); recommendation (a sentence); notes (more
-    sentences).
+    sentences); time_to_target (see ``time_to_target``; None unless ``convergence``, the
+    convergence report's findings, has the group: training only). ``document`` is where the
+    text points for the convergence report.
     """
     if summary_df.empty:
         return []
     frame = _prepare(summary_df)
-    return [
+    recs = [
         _recommend_group(key, rows)
         for key, rows in frame.groupby(GROUP_KEYS, sort=True, dropna=False)
     ]
+    groups = {
+        (g["mode"], g["model"], g["dataset"], g.get("accumulation_steps", 1)): g
+        for g in (convergence or {}).get("groups", [])
+    }
+    for rec in recs:
+        group = groups.get((rec["mode"], rec["model"], rec["dataset"], rec["accumulation_steps"]))
+        use = rec["mode"] == "train" and group is not None
+        rec["time_to_target"] = time_to_target(rec, group, document) if use else None
+    return recs
+
+
+# --------------------------------------------------------------------------------------------
+# Time to target, from the convergence report's findings
+# --------------------------------------------------------------------------------------------
+
+
+def _samples_text(value: float | None) -> str:
+    """A batch-size-like number: whole from 10 up, two significant digits below, ∞ for None."""
+    if value is None:
+        return "∞"
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2g}"
+
+
+def _lr(entry: Mapping[str, Any]) -> str:
+    lr, base, scaling = entry.get("lr"), entry.get("base_lr"), entry.get("lr_scaling")
+    if lr is None:
+        return "unknown"
+    text = f"{lr:.4g}"
+    if scaling and scaling != "none" and base is not None:
+        text += f" ({scaling} scaling of base lr {base:.4g})"
+    return text
+
+
+def _batch_text(entry: Mapping[str, Any]) -> str:
+    text = f"batch size {entry['batch_size']}"
+    if entry["accumulation_steps"] > 1:
+        text += f" ({entry['micro_batch_size']} × {entry['accumulation_steps']} accumulated)"
+    return text
+
+
+def _seconds_text(entry: Mapping[str, Any]) -> str:
+    seconds = entry["seconds_to_target"]
+    if seconds["low"] is None:
+        return f"{seconds['mean']:.1f} s (one seed)"
+    return f"{seconds['mean']:.1f} s [95% CI {seconds['low']:.1f}, {seconds['high']:.1f}]"
+
+
+def _same_config(entry: Mapping[str, Any], point: Mapping[str, Any]) -> bool:
+    """Whether a convergence batch entry is the throughput point's batch (micro-batch and
+    accumulation; the summary's batch_size is the micro-batch)."""
+    accumulation = point.get("accumulation_steps") or 1
+    return (entry["micro_batch_size"], entry["accumulation_steps"]) == (
+        point["batch_size"],
+        accumulation,
+    )
+
+
+def _throughput_pick_outcome(point: Mapping[str, Any], group: Mapping[str, Any]) -> str:
+    """How the throughput pick's batch size fared against the target, in the convergence runs."""
+    entry = next((e for e in group["batches"] if _same_config(e, point)), None)
+    if entry is None:
+        return f"The convergence runs have no batch size {point['batch_size']} to compare."
+    here = _batch_text(entry)
+    if entry["all_reached"]:
+        return f"At {here} every seed reached the target, in {_seconds_text(entry)}."
+    if entry["n_reached"]:
+        return (
+            f"At {here} only {entry['n_reached']} of {entry['n_seeds']} seeds reached the target."
+        )
+    if entry["n_failed"] == entry["n_seeds"]:
+        return f"At {here} no training run finished ok ({entry['failures']})."
+    return f"At {here} no seed reached the target within its training budget."
+
+
+def time_to_target(
+    rec: Mapping[str, Any], group: Mapping[str, Any], document: str
+) -> dict[str, Any]:
+    """The time-to-target part of a training recommendation, from its convergence findings.
+
+    Keys: ``batch_size`` (the batch size with the lowest mean time to the target, None when no
+    batch size reached it in every seed), ``lr`` (the effective learning rate it used),
+    ``same_as_throughput`` (whether the throughput pick is that batch size; None when either is
+    missing), ``paragraphs`` (the text).
+    """
+    best, pick = group["best"], rec["best"]
+    target = (group.get("target") or {}).get("text", "the training target")
+    if best is None:
+        return {
+            "batch_size": None,
+            "lr": None,
+            "same_as_throughput": None,
+            "paragraphs": [
+                f"No time to target to rank the batch sizes by: {group['recommendation']}",
+                f"Details: {document}.",
+            ],
+        }
+    steps, samples = best["steps_to_target"]["mean"], best["samples_to_target"]["mean"]
+    paragraphs = [
+        f"Fastest to the target ({target}): {_batch_text(best)} at learning rate {_lr(best)}, "
+        f"{_seconds_text(best)} on the clock (mean over the {best['n_reached']} seeds, "
+        f"evaluations excluded; {steps:.0f} steps, {samples:.0f} samples), with "
+        f"{group['num_workers']} DataLoader worker(s), among the batch sizes that reached the "
+        f"target in every seed ({', '.join(str(b) for b in group['candidates'])})."
+    ]
+    same = None
+    if pick is None:
+        paragraphs.append("No configuration ran ok to compare its throughput with.")
+    else:
+        same = _same_config(best, pick)
+        versus = f"the throughput pick ({_config(pick)}, {pick['samples_per_s']:.1f} samples/s)"
+        if same:
+            paragraphs.append(
+                f"It is also {versus}: here the fastest batch per second is also the fastest to "
+                "the target."
+            )
+        else:
+            text = (
+                f"It differs from {versus}: the fastest batch per second is not the fastest to "
+                f"the target. {_throughput_pick_outcome(pick, group)}"
+            )
+            if pick["num_workers"] != group["num_workers"]:
+                text += (
+                    f" (The convergence runs used {group['num_workers']} DataLoader worker(s), "
+                    f"the throughput pick {pick['num_workers']}.)"
+                )
+            paragraphs.append(text)
+    where = best["position"]["text"]
+    bounds = []
+    noise = group.get("b_simple")
+    if noise is not None and noise["low"] is not None:
+        bounds.append(
+            f"B_simple 95% interval [{_samples_text(noise['low'])}, {_samples_text(noise['high'])}]"
+        )
+    knee = group.get("knee")
+    if knee is not None and knee["b_noise"] is not None and knee["interval"] is not None:
+        low, high = knee["interval"]
+        bounds.append(f"knee bootstrap 95% interval [{_samples_text(low)}, {_samples_text(high)}]")
+    if bounds:
+        joined = "; ".join(bounds)
+        where += f" {joined[0].upper()}{joined[1:]}."
+    paragraphs.append("Critical batch size: " + where)
+    paragraphs.append(
+        f"Details: {document} (steps, samples and seconds to the target of every batch size, "
+        "B_simple, the knee and the regimes)."
+    )
+    return {
+        "batch_size": best["batch_size"],
+        "lr": best["lr"],
+        "same_as_throughput": same,
+        "paragraphs": paragraphs,
+    }
 
 
 def _config(point: Mapping[str, Any]) -> str:
@@ -525,7 +699,11 @@ def _evidence_table(rec: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _title(rec: Mapping[str, Any]) -> str:
-    return f"{rec['mode']} / {rec['model']} ({rec['dataset']})"
+    title = f"{rec['mode']} / {rec['model']} ({rec['dataset']})"
+    if rec["accumulation_steps"] != 1:
+        steps = rec["accumulation_steps"]
+        title += f", {steps} accumulation steps (effective batch = batch_size × {steps})"
+    return title
 
 
 def _header(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -559,7 +737,12 @@ def render_markdown(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -
     for rec in recs:
         lines += [f"## {_title(rec)}", "", rec["recommendation"], ""]
         lines += [f"- {note}" for note in rec["notes"]]
-        lines += ["", "Evidence (every grid point):", "", _markdown_table(_evidence_table(rec)), ""]
+        lines.append("")
+        if rec.get("time_to_target"):
+            lines += [f"### {TIME_TO_TARGET}", ""]
+            for paragraph in rec["time_to_target"]["paragraphs"]:
+                lines += [paragraph, ""]
+        lines += ["Evidence (every grid point):", "", _markdown_table(_evidence_table(rec)), ""]
     return "\n".join(lines)
 
 
@@ -594,6 +777,11 @@ def render_html(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> st
             "<ul>",
             *[f"<li>{esc(note)}</li>" for note in rec["notes"]],
             "</ul>",
+        ]
+        if rec.get("time_to_target"):
+            parts.append(f"<h3>{esc(TIME_TO_TARGET)}</h3>")
+            parts += [f"<p>{esc(p)}</p>" for p in rec["time_to_target"]["paragraphs"]]
+        parts += [
             "<p>Evidence (every grid point):</p>",
             _evidence_table(rec).to_html(index=False, border=0, escape=True),
         ]
@@ -610,9 +798,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--env", required=True, help="captured environment JSON")
     parser.add_argument("--markdown", required=True, help="output Markdown file")
     parser.add_argument("--html", required=True, help="output HTML file")
+    parser.add_argument(
+        "--convergence",
+        help="convergence.json of batchscope.convergence_report: adds, per training group, "
+        "the batch size with the lowest time to the target",
+    )
     args = parser.parse_args(argv)
 
-    recs = recommend(pd.read_csv(args.summary))
+    convergence, document = None, "convergence.html"
+    if args.convergence:
+        convergence = results.read_json(args.convergence)
+        path = Path(args.convergence)
+        document = str(path.with_name(convergence.get("document") or path.stem + ".html"))
+    recs = recommend(pd.read_csv(args.summary), convergence, document)
     env = results.read_json(args.env)
     results.write_text(args.markdown, render_markdown(recs, env))
     results.write_text(args.html, render_html(recs, env))

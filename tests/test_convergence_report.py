@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -370,3 +371,133 @@ def test_the_shipped_convergence_config_is_valid():
     assert config["modes"] == ["train"] and len(config["seeds"]) >= 3
     assert config["train"]["target_accuracy"] and config["train"]["noise_scale_every_steps"]
     assert config["measure"]["ceiling"] is False
+
+
+# --- the findings (convergence.json) -----------------------------------------------------------
+
+
+def _strict_json(path: Path) -> dict:
+    """The file as JSON, refusing NaN and Infinity (which are not JSON)."""
+
+    def refuse(name):
+        raise ValueError(f"{path} holds {name}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def _markdown_rows(markdown: str) -> dict[int, list[str]]:
+    """The document's per-batch-size table: batch size -> its cells."""
+    rows = {}
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0].split(" ")[0].isdigit():
+            rows[int(cells[0].split(" ")[0])] = cells
+    return rows
+
+
+def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
+    summary = sweep()
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    curves_for(summary, steps=20).to_csv(tmp_path / "curves.csv", index=False)
+    out = tmp_path / "convergence"
+    argv = ["--summary", str(tmp_path / "summary.csv"), "--curves", str(tmp_path / "curves.csv")]
+    assert cr.main([*argv, "--outdir", str(out)]) == 0
+    data = _strict_json(out / cr.FINDINGS)
+    markdown = (out / cr.MARKDOWN).read_text()
+    rows = _markdown_rows(markdown)
+    assert data["version"] == cr.FINDINGS_VERSION and data["document"] == cr.HTML
+    (group,) = data["groups"]
+    assert (group["mode"], group["model"], group["dataset"]) == (
+        "train",
+        "small_cnn",
+        "fashion_mnist",
+    )
+    assert group["num_workers"] == 0 and group["target"]["metric"] == "val_accuracy"
+
+    # the best: lowest mean seconds among the batch sizes every seed reached, from the summary
+    ok = summary[summary["status"] == "ok"]
+    every = ok.groupby("batch_size")["target_reached"].all()
+    seconds = ok[ok["batch_size"].isin(every[every].index)].groupby("batch_size")
+    expected = int(seconds["seconds_to_target"].mean().idxmin())
+    best = group["best"]
+    assert best["batch_size"] == expected
+    assert group["candidates"] == sorted(int(b) for b in every[every].index)
+    starred = [b for b, cells in rows.items() if cells[0].endswith("★")]
+    assert starred == [expected]  # the markdown's ★ is the same batch size
+    at_best = summary[summary["batch_size"] == expected]
+    assert best["lr"] == pytest.approx(at_best["lr"].iloc[0])
+    assert rows[expected][1] == f"{best['lr']:.4g}"
+    assert (best["micro_batch_size"], best["accumulation_steps"]) == (expected, 1)
+    for quantity in ("seconds", "steps", "samples"):
+        mean, low, high = cr.mean_ci(at_best[f"{quantity}_to_target"])
+        found = best[f"{quantity}_to_target"]
+        assert (found["mean"], found["low"], found["high"]) == pytest.approx((mean, low, high))
+    assert rows[expected][5].startswith(f"{best['seconds_to_target']['mean']:.1f} [")
+
+    # B_simple and the knee, as the markdown states them
+    b_simple = group["b_simple"]
+    assert b_simple["value"] == pytest.approx(ok["noise_scale_b_simple"].median())
+    assert b_simple["low"] <= b_simple["value"] <= b_simple["high"]
+    assert f"B_simple ≈ {b_simple['value']:.0f} samples" in markdown
+    knee = group["knee"]
+    assert knee["edge"] is None and knee["b_noise"] == pytest.approx(B_NOISE, rel=0.05)
+    assert knee["interval"][0] <= knee["b_noise"] <= knee["interval"][1]
+    assert f"Knee B_noise ≈ {knee['b_noise']:.0f} samples" in markdown
+    assert knee["fitted_batch_sizes"] == group["candidates"]
+
+    # where the best sits, and the regimes, agree with the document
+    where = best["position"]
+    assert where["b_simple"] == cr.relation(expected, b_simple["value"])
+    assert where["knee"] == cr.relation(expected, knee["b_noise"])
+    assert where["regime"] == rows[expected][-1] == best["regime"]
+    assert f"{where['b_simple']} the gradient noise scale B_simple" in markdown
+    assert f"{where['knee']} the knee B_noise" in markdown
+    assert where["text"] in markdown and group["recommendation"] in markdown
+    for name, sizes in group["regimes"].items():
+        assert all(rows[b][-1] == name for b in sizes)
+    assert sorted(b for sizes in group["regimes"].values() for b in sizes) == list(SIZES)
+
+    # the batch sizes short of the target: the table's 'reached' column
+    assert group["never_reached"] == [b for b, cells in rows.items() if cells[2].startswith("0/")]
+    assert group["never_reached"] == [512]  # all three seeds OOM
+    assert group["partly_reached"] == [256]
+    assert rows[256][2] == "2/3"
+    by_batch = {entry["batch_size"]: entry for entry in group["batches"]}
+    assert by_batch[512]["failures"] == "0:oom;1:oom;2:oom" and by_batch[512]["lr"] is None
+    assert by_batch[256]["budget_steps"] == [200.0]
+    # the throughput pick, which the recommendation compares with
+    fastest = int(ok.groupby("batch_size")["samples_per_s"].mean().idxmax())
+    assert group["highest_throughput"]["batch_size"] == fastest != expected
+    assert f"highest throughput is at batch size {fastest}" in markdown
+
+
+def test_accumulated_runs_get_their_own_report_and_findings():
+    plain = sweep()
+    # the same effective batches, each made of two micro-batches of half the size
+    accumulated = plain.assign(batch_size=plain["batch_size"] // 2, accumulation_steps=2)
+    reports = cr.analyse(pd.concat([plain, accumulated], ignore_index=True))
+    assert [r.accumulation for r in reports] == [1, 2]  # one effective batch, never pooled
+    assert reports[1].title.endswith(", 2 accumulation steps")
+    plain_found, found = (cr.findings(r) for r in reports)
+    assert (plain_found["accumulation_steps"], found["accumulation_steps"]) == (1, 2)
+    assert [b["n_seeds"] for b in found["batches"]] == [
+        b["n_seeds"] for b in plain_found["batches"]
+    ]
+    best = found["best"]
+    assert best["batch_size"] == plain_found["best"]["batch_size"]
+    assert (best["micro_batch_size"], best["accumulation_steps"]) == (best["batch_size"] // 2, 2)
+    assert f"({best['micro_batch_size']} × 2 accumulated)" in reports[1].recommendation
+
+
+def test_findings_without_a_batch_size_reaching_the_target(tmp_path):
+    summary = sweep()
+    summary["target_reached"] = np.where(summary["status"] == "ok", False, np.nan)
+    for column in ("steps_to_target", "samples_to_target", "seconds_to_target"):
+        summary[column] = np.nan
+    reports = cr.analyse(summary)
+    cr.write_findings(reports, tmp_path / cr.FINDINGS)
+    (group,) = _strict_json(tmp_path / cr.FINDINGS)["groups"]
+    assert group["best"] is None and group["knee"] is None and group["candidates"] == []
+    assert group["never_reached"] == [*SIZES, 512] and group["partly_reached"] == []
+    assert group["recommendation"] == reports[0].recommendation
+    assert group["recommendation"].startswith("No run of small_cnn reached the target")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -371,3 +372,152 @@ def test_best_that_failed_on_another_seed_carries_a_caution():
     assert rec["best"]["batch_size"] == 64 and rec["best"]["n_failed"] == 1
     assert any(note.startswith("Caution: 1 other run(s)") for note in rec["notes"])
     assert rec["diverged_batch_sizes"] == [64] and rec["largest_ok_batch_size"] == 64
+
+
+# --- time to target, from the convergence report's findings ------------------------------------
+
+
+def convergence_sweep(step_time, seeds=(0, 1)) -> pd.DataFrame:
+    """Training rows that reach a target: steps follow 100 (1 + 64/B), off by 2% per seed, each
+    update takes ``step_time(B)`` seconds; the learning rate scales linearly from 0.05 at 64."""
+    rows = []
+    for batch in (32, 64, 128, 256):
+        for seed in seeds:
+            steps = 100 * (1 + 64 / batch) * (1 + 0.02 * seed)
+            rows.append(
+                run(
+                    batch,
+                    0,
+                    batch / step_time(batch),
+                    seed=seed,
+                    dataset="fashion_mnist",
+                    accumulation_steps=1,
+                    effective_batch_size=batch,
+                    lr=0.05 * batch / 64,
+                    base_lr=0.05,
+                    lr_scaling="linear",
+                    target_metric="val_accuracy",
+                    target=0.8,
+                    target_reached=True,
+                    steps_to_target=steps,
+                    samples_to_target=steps * batch,
+                    seconds_to_target=steps * step_time(batch),
+                    noise_scale_b_simple=70.0,
+                    noise_scale_ci95_low=35.0,
+                    noise_scale_ci95_high=140.0,
+                    noise_scale_measurements=40,
+                )
+            )
+    return pd.DataFrame(rows)
+
+
+def write_inputs(tmp_path, summary):
+    """The summary, environment and convergence findings files main reads; argv without the
+    findings, and the findings path."""
+    from batchscope import convergence_report
+
+    summary_csv, env_json = tmp_path / "summary.csv", tmp_path / "environment.json"
+    summary.to_csv(summary_csv, index=False)
+    env_json.write_text(json.dumps(ENV))
+    findings = tmp_path / "convergence" / convergence_report.FINDINGS
+    convergence_report.write_findings(convergence_report.analyse(summary), findings)
+    argv = ["--summary", str(summary_csv), "--env", str(env_json)]
+    argv += ["--markdown", str(tmp_path / "rec.md"), "--html", str(tmp_path / "rec.html")]
+    return argv, findings
+
+
+def ttt_part(markdown: str) -> str:
+    """The time-to-target part of the markdown: from its heading to the evidence table."""
+    start = markdown.index(f"### {recommend.TIME_TO_TARGET}")
+    return markdown[start : markdown.index("Evidence (every grid point):", start)]
+
+
+def test_time_to_target_names_its_batch_and_lr_and_differs_from_throughput(tmp_path):
+    # throughput grows with the batch; the time to target is lowest at a small batch
+    summary = convergence_sweep(lambda b: 0.01 + 0.0005 * b)
+    argv, findings = write_inputs(tmp_path, summary)
+    fastest = int(summary.groupby("batch_size")["seconds_to_target"].mean().idxmin())
+    busiest = int(summary.groupby("batch_size")["samples_per_s"].mean().idxmax())
+    assert fastest != busiest  # the case this test is about
+    lr = summary.loc[summary["batch_size"] == fastest, "lr"].iloc[0]
+
+    assert recommend.main([*argv, "--convergence", str(findings)]) == 0
+
+    markdown = (tmp_path / "rec.md").read_text()
+    page = (tmp_path / "rec.html").read_text()
+    part = ttt_part(markdown)
+    assert f"batch size {fastest} at learning rate {lr:.4g}" in part
+    assert "linear scaling of base lr 0.05" in part
+    assert f"the throughput pick (batch_size={busiest}, num_workers=0" in part
+    assert "the fastest batch per second is not the fastest to the target" in part
+    assert "the gradient noise scale B_simple ≈ 70" in part and "the knee B_noise ≈" in part
+    assert str(findings.with_name("convergence.html")) in part
+    # the throughput pick is still the document's headline; the part comes with it
+    assert f"Use batch_size={busiest}, num_workers=0" in markdown
+    assert f"<h3>{recommend.TIME_TO_TARGET}</h3>" in page
+    for paragraph in part.split("\n\n")[1:]:
+        if paragraph.strip():
+            assert f"<p>{html.escape(paragraph.strip())}</p>" in page
+
+
+def test_time_to_target_says_when_the_throughput_pick_is_also_fastest(tmp_path):
+    # every update takes as long: the largest batch is the fastest per second and to the target
+    summary = convergence_sweep(lambda b: 0.02)
+    argv, findings = write_inputs(tmp_path, summary)
+    assert recommend.main([*argv, "--convergence", str(findings)]) == 0
+    part = ttt_part((tmp_path / "rec.md").read_text())
+    assert "batch size 256 at learning rate 0.2" in part
+    assert "It is also the throughput pick (batch_size=256, num_workers=0" in part
+    assert "is not the fastest to the target" not in part
+
+
+def test_time_to_target_is_absent_without_convergence_findings(tmp_path):
+    summary = pd.concat(
+        [convergence_sweep(lambda b: 0.02), pd.DataFrame([run(64, 0, 900.0, mode="infer")])]
+    )
+    argv, findings = write_inputs(tmp_path, summary)
+    assert recommend.main(argv) == 0
+    assert recommend.TIME_TO_TARGET not in (tmp_path / "rec.md").read_text()
+    assert recommend.TIME_TO_TARGET not in (tmp_path / "rec.html").read_text()
+    assert all(rec["time_to_target"] is None for rec in recommend.recommend(summary))
+    # with them, only the training group (the one the findings cover) gets the part
+    assert recommend.main([*argv, "--convergence", str(findings)]) == 0
+    markdown = (tmp_path / "rec.md").read_text()
+    assert markdown.count(f"### {recommend.TIME_TO_TARGET}") == 1
+    infer = markdown[markdown.index("## infer / small_cnn") : markdown.index("## train /")]
+    assert recommend.TIME_TO_TARGET not in infer
+
+
+def test_time_to_target_when_no_batch_size_reached_it_in_every_seed(tmp_path):
+    summary = convergence_sweep(lambda b: 0.02)
+    missed = summary["seed"] == 1
+    summary.loc[missed, "target_reached"] = False
+    summary.loc[missed, ["steps_to_target", "samples_to_target", "seconds_to_target"]] = np.nan
+    argv, findings = write_inputs(tmp_path, summary)
+    assert recommend.main([*argv, "--convergence", str(findings)]) == 0
+    part = ttt_part((tmp_path / "rec.md").read_text())
+    assert (
+        "No batch size of small_cnn reached the target (val_accuracy ≥ 0.8) in every seed" in part
+    )
+    assert "learning rate" not in part
+
+
+def test_each_accumulation_value_gets_its_own_recommendation_and_findings(tmp_path):
+    plain = convergence_sweep(lambda b: 0.02)
+    # the same effective batches from two micro-batches of half the size, slower per update
+    accumulated = convergence_sweep(lambda b: 0.03).assign(
+        batch_size=lambda d: d["batch_size"] // 2, accumulation_steps=2
+    )
+    summary = pd.concat([plain, accumulated], ignore_index=True)
+    argv, findings = write_inputs(tmp_path, summary)
+    recs = recommend.recommend(summary)
+    assert [rec["accumulation_steps"] for rec in recs] == [1, 2]
+    assert [rec["n_runs"] for rec in recs] == [len(plain), len(accumulated)]  # never pooled
+    assert recommend.main([*argv, "--convergence", str(findings)]) == 0
+    markdown = (tmp_path / "rec.md").read_text()
+    heading = "## train / small_cnn (fashion_mnist), 2 accumulation steps"
+    assert heading in markdown
+    parts = markdown.split(heading)
+    # each section's time to target comes from its own accumulation's findings
+    assert "batch size 256 at learning rate 0.2" in ttt_part(parts[0])
+    assert "batch size 256 (128 × 2 accumulated) at learning rate 0.2" in ttt_part(parts[1])

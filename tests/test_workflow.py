@@ -231,6 +231,46 @@ def test_oom_is_a_result_and_the_sweep_completes(tmp_path):
     assert is_png(tmp_path / "results" / "plots" / "throughput.png")
 
 
+def test_accumulation_axis_from_config_to_table_and_recommendation(tmp_path):
+    config = write_config(
+        tmp_path,
+        dataset={"name": "synthetic", "channels": 1, "image_size": 16, "num_samples": 512},
+        models=["small_cnn"],
+        modes=["train", "infer"],
+        batch_sizes=[8],
+        num_workers=[0],
+        seeds=[0],
+        measure={"warmup_steps": 1, "repeats": 1},
+        train={
+            "max_steps": 5,
+            "lr": 0.01,
+            "lr_scaling": "linear",
+            "base_batch_size": 8,
+            "accumulation_steps": [1, 3],
+        },
+        infer={"max_steps": 5},
+    )
+    done = snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = tmp_path / "results" / "runs"
+    assert sorted(p.relative_to(runs).as_posix() for p in runs.rglob("*.json")) == [
+        "infer/small_cnn/bs8_acc1_nw0_seed0.json",
+        "train/small_cnn/bs8_acc1_nw0_seed0.json",
+        "train/small_cnn/bs8_acc3_nw0_seed0.json",
+    ]
+    summary = pd.read_csv(tmp_path / "results" / "summary.csv")
+    train = summary[summary["mode"] == "train"].set_index("accumulation_steps")
+    assert list(train["effective_batch_size"].sort_index()) == [8, 24]
+    assert train.loc[3, "lr"] == pytest.approx(3 * train.loc[1, "lr"])  # scaled with the batch
+    steps = pd.read_csv(runs / "train/small_cnn/bs8_acc3_nw0_seed0.steps.csv")
+    assert steps["samples_seen"].diff().dropna().eq(24).all()  # one update per 3 micro-batches
+    points = pd.read_csv(tmp_path / "results" / "summary_by_point.csv")
+    assert sorted(points.loc[points["mode"] == "train", "accumulation_steps"]) == [1, 3]
+    recommendation = (tmp_path / "results" / "recommendation.md").read_text()
+    assert "## train / small_cnn (synthetic), 3 accumulation steps" in recommendation
+    assert recommendation.count("## train / small_cnn (synthetic)") == 2
+
+
 def test_corrupt_image_is_skipped_counted_and_logged(tmp_path):
     from PIL import Image
 

@@ -192,6 +192,7 @@ CONVERGENCE = [
         "convergence_noise_scale.png",
         "convergence.md",
         "convergence.html",
+        "convergence.json",
     )
 ]
 

@@ -40,6 +40,8 @@ rule convergence_report:
             category="Convergence",
             labels={"document": "convergence report"},
         ),
+        # the same findings, machine-readable: the recommendation's time-to-target part
+        findings="results/convergence/convergence.json",
     log:
         "logs/convergence_report.log",
     benchmark:

@@ -62,6 +62,8 @@ rule recommend:
     input:
         summary="results/summary.csv",
         env="results/env/environment.json",
+        # the convergence report's findings, for sweeps that train towards a target (else none)
+        convergence=[p for p in convergence_outputs() if p.endswith(".json")],
     output:
         markdown="results/recommendation.md",
         html=report(
@@ -76,6 +78,11 @@ rule recommend:
         "benchmarks/recommend.tsv"
     conda:
         "../envs/report.yaml"
+    params:
+        convergence=lambda wildcards, input: (
+            ["--convergence", *input.convergence] if input.convergence else []
+        ),
     shell:
         "python -m batchscope.recommend --summary {input.summary:q} --env {input.env:q}"
-        " --markdown {output.markdown:q} --html {output.html:q} > {log:q} 2>&1"
+        " --markdown {output.markdown:q} --html {output.html:q} {params.convergence:q}"
+        " > {log:q} 2>&1"
