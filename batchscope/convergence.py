@@ -1,5 +1,6 @@
 """Convergence side of the batch-size question: learning-rate scaling, gradient accumulation,
-steps to a target, the gradient noise scale and the knee of a steps-to-target curve.
+steps to a target and the gradient noise scale. (The knee of the steps-to-target curve is
+fitted where the curve is drawn, in the torch-free ``batchscope.convergence_report``.)
 
 Pure logic, no Snakemake and no files: the runner calls these with plain numbers, tensors and
 row dicts (the same rows ``runner.StepLog`` records).
@@ -556,93 +557,3 @@ def gradient_sq_norms(
     w_small = batch_small / batch_big
     g_big = [w_small * s + (1 - w_small) * r for s, r in zip(g_small, g_rest, strict=True)]
     return _sq_norm(g_small), _sq_norm(g_big)
-
-
-# --------------------------------------------------------------------------------------------
-# 5. The knee of a steps-to-target curve
-# --------------------------------------------------------------------------------------------
-
-#: Regimes by the fitted curve's local log-log slope d log S/d log B = −B_noise/(B + B_noise):
-#: "perfect_scaling" while B ≤ B_noise/4 (slope ≤ −0.8: doubling B still nearly halves the
-#: steps), "no_benefit" from B ≥ 4·B_noise (slope ≥ −0.2), "diminishing_returns" between.
-REGIME_FACTOR = 4.0
-
-
-@dataclass(frozen=True)
-class KneeFit:
-    """S = S_min (1 + B_noise/B) fitted to (batch size, steps to target) points.
-
-    ``b_crit`` = B_noise = E_min/S_min (in samples per batch) is the knee: at B = B_crit a run
-    takes 2·S_min steps and 2·E_min samples; E_min = S_min·B_noise is the fewest samples (B → 0).
-    ``b_crit`` is None when the points show no floor (steps still ∝ 1/B at the largest batch:
-    the knee lies beyond it), and 0 when larger batches never cut the steps. ``batch_sizes`` are
-    the points' batch sizes in increasing order, ``regimes`` one label for each (see
-    ``REGIME_FACTOR``); ``local_slopes`` the measured log-log slope d log S/d log B between
-    neighbouring batch sizes, model-free. ``rms_log_residual`` is the fit's RMS error in
-    natural-log steps.
-    """
-
-    batch_sizes: tuple[float, ...]
-    s_min_steps: float | None
-    e_min_samples: float | None
-    b_crit: float | None
-    regimes: tuple[str, ...]
-    local_slopes: tuple[tuple[float, float, float], ...]
-    rms_log_residual: float
-
-
-def _regime(batch_size: float, b_noise: float | None) -> str:
-    if b_noise is None or batch_size * REGIME_FACTOR <= b_noise:
-        return "perfect_scaling"
-    if batch_size >= REGIME_FACTOR * b_noise:
-        return "no_benefit"
-    return "diminishing_returns"
-
-
-def fit_knee(points: Iterable[tuple[float, float]]) -> KneeFit:
-    """Fit McCandlish et al.'s S = S_min + E_min/B to (batch_size, steps) points.
-
-    Linear in (S_min, E_min) over x = 1/B; each point is weighted by 1/S², i.e. least squares on
-    relative residuals (S − Ŝ)/S ≈ log S − log Ŝ, so every point counts alike on log-log axes
-    and points that lie on the curve are recovered exactly. A fitted S_min ≤ 0 (no floor seen)
-    refits S = E_min/B; a fitted E_min ≤ 0 (no benefit from larger batches) refits S = S_min.
-    """
-    pts = sorted((float(b), float(s)) for b, s in points)
-    if len({b for b, _ in pts}) < 2:
-        raise ValueError("the knee fit needs points at two or more batch sizes")
-    if any(not (b > 0 and s > 0 and math.isfinite(b) and math.isfinite(s)) for b, s in pts):
-        raise ValueError("batch sizes and steps to target must be positive and finite")
-    batch = np.array([b for b, _ in pts])
-    steps = np.array([s for _, s in pts])
-    design = np.column_stack([np.ones_like(batch), 1.0 / batch]) / steps[:, None]
-    (s_min, e_min), *_ = np.linalg.lstsq(design, np.ones_like(steps), rcond=None)
-    if s_min <= 0:  # steps ∝ 1/B throughout: the knee is beyond the largest batch
-        s_min, e_min = 0.0, _weighted_scale(1.0 / batch, steps)
-        b_crit = None
-    elif e_min <= 0:  # larger batches never help
-        s_min, e_min = _weighted_scale(np.ones_like(batch), steps), 0.0
-        b_crit = 0.0
-    else:
-        b_crit = float(e_min / s_min)
-    fitted = s_min + e_min / batch
-    residual = np.log(steps) - np.log(fitted)
-    slopes = tuple(
-        (b0, b1, math.log(s1 / s0) / math.log(b1 / b0))
-        for (b0, s0), (b1, s1) in zip(pts, pts[1:], strict=False)
-        if b1 != b0
-    )
-    return KneeFit(
-        batch_sizes=tuple(batch.tolist()),
-        s_min_steps=float(s_min) if b_crit is not None else None,
-        e_min_samples=float(e_min) if b_crit != 0.0 else None,
-        b_crit=b_crit,
-        regimes=tuple(_regime(b, b_crit) for b, _ in pts),
-        local_slopes=slopes,
-        rms_log_residual=float(np.sqrt(np.mean(residual**2))),
-    )
-
-
-def _weighted_scale(basis: np.ndarray, steps: np.ndarray) -> float:
-    """The c minimising Σ ((S − c·basis)/S)²: a one-parameter relative least squares."""
-    ratio = basis / steps
-    return float(ratio.sum() / (ratio**2).sum())

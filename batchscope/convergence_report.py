@@ -35,7 +35,7 @@ seed-to-seed noise roughly, and understates it.
 
 Regimes, by the fitted curve's log-log slope −B_noise/(B + B_noise): perfect scaling while
 B ≤ B_noise/4 (doubling B still nearly halves the steps), no benefit from B ≥ 4·B_noise, diminishing
-returns between (the thresholds of ``batchscope.convergence.REGIME_FACTOR``).
+returns between (``REGIME_FACTOR``).
 
 B_simple = tr(Σ)/|G|² is measured by each training run (``train.noise_scale_every_steps``); the
 summary holds each run's estimate at the end of training with a 95% interval. The headline value
@@ -85,8 +85,8 @@ from batchscope.stats import t_critical  # noqa: E402
 
 CONFIDENCE = 0.95
 
-#: Regime thresholds on the fitted curve (the same as ``batchscope.convergence.REGIME_FACTOR``,
-#: which cannot be imported here: that module imports torch).
+#: Regime thresholds on the fitted curve's log-log slope −B_noise/(B + B_noise): perfect scaling
+#: while B ≤ B_noise/4 (slope ≤ −0.8), no benefit from B ≥ 4·B_noise (slope ≥ −0.2).
 REGIME_FACTOR = 4.0
 REGIMES = ("perfect scaling", "diminishing returns", "no benefit")
 REGIME_COLORS = {
