@@ -81,6 +81,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from batchscope import results  # noqa: E402
+from batchscope.documents import html_page, html_table, markdown_table  # noqa: E402
 from batchscope.stats import t_critical  # noqa: E402
 
 CONFIDENCE = 0.95
@@ -1418,15 +1419,6 @@ def _blocks(reports: Sequence[ModelReport]) -> list[tuple[str, Any]]:
     return blocks
 
 
-def _markdown_table(table: pd.DataFrame) -> str:
-    def cells(values) -> str:
-        return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
-
-    lines = [cells(table.columns), "|" + "|".join("---" for _ in table.columns) + "|"]
-    lines += [cells(row) for row in table.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def render_markdown(reports: Sequence[ModelReport]) -> str:
     """The report as Markdown."""
     out = []
@@ -1438,28 +1430,15 @@ def render_markdown(reports: Sequence[ModelReport]) -> str:
         elif kind == "ul":
             out.append("\n".join(f"- {item}" for item in content))
         else:
-            out.append(_markdown_table(content))
+            out.append(markdown_table(content))
         out.append("")
     return "\n".join(out)
-
-
-_CSS = """
-body { font-family: sans-serif; max-width: 72em; margin: 2em auto; line-height: 1.4; }
-table { border-collapse: collapse; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
-th { background: #f0f0f0; }
-"""
 
 
 def render_html(reports: Sequence[ModelReport]) -> str:
     """The report as a standalone HTML page (the same content as the Markdown)."""
     esc = html.escape
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        "<title>batchscope convergence report</title>",
-        f"<style>{_CSS}</style></head><body>",
-    ]
+    parts = []
     for kind, content in _blocks(reports):
         if kind in ("h1", "h2", "h3"):
             parts.append(f"<{kind}>{esc(content)}</{kind}>")
@@ -1468,9 +1447,8 @@ def render_html(reports: Sequence[ModelReport]) -> str:
         elif kind == "ul":
             parts += ["<ul>", *[f"<li>{esc(item)}</li>" for item in content], "</ul>"]
         else:
-            parts.append(content.to_html(index=False, border=0, escape=True))
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+            parts.append(html_table(content))
+    return html_page("batchscope convergence report", parts)
 
 
 # --------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope import aggregate, results
+from batchscope.documents import html_page, html_table, markdown_table
 
 #: A rec is made per distinct value of these (dataset is one per model in a usual sweep).
 #: One recommendation per distinct value of these: with several ``accumulation_steps`` (a
@@ -718,15 +719,6 @@ def _header(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> list[t
     ]
 
 
-def _markdown_table(table: pd.DataFrame) -> str:
-    def cells(values) -> str:
-        return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
-
-    lines = [cells(table.columns), "|" + "|".join("---" for _ in table.columns) + "|"]
-    lines += [cells(row) for row in table.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def render_markdown(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> str:
     """The recommendation as a Markdown document."""
     lines = ["# batchscope recommendation", ""]
@@ -742,27 +734,14 @@ def render_markdown(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -
             lines += [f"### {TIME_TO_TARGET}", ""]
             for paragraph in rec["time_to_target"]["paragraphs"]:
                 lines += [paragraph, ""]
-        lines += ["Evidence (every grid point):", "", _markdown_table(_evidence_table(rec)), ""]
+        lines += ["Evidence (every grid point):", "", markdown_table(_evidence_table(rec)), ""]
     return "\n".join(lines)
-
-
-_CSS = """
-body { font-family: sans-serif; max-width: 72em; margin: 2em auto; line-height: 1.4; }
-table { border-collapse: collapse; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
-th { background: #f0f0f0; }
-p.rec { font-size: 1.1em; }
-"""
 
 
 def render_html(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> str:
     """The recommendation as a standalone HTML page (same content as the Markdown)."""
     esc = html.escape
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        "<title>batchscope recommendation</title>",
-        f"<style>{_CSS}</style></head><body>",
         "<h1>batchscope recommendation</h1>",
         "<ul>",
         *[f"<li>{esc(name)}: <code>{esc(value)}</code></li>" for name, value in _header(recs, env)],
@@ -783,10 +762,9 @@ def render_html(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> st
             parts += [f"<p>{esc(p)}</p>" for p in rec["time_to_target"]["paragraphs"]]
         parts += [
             "<p>Evidence (every grid point):</p>",
-            _evidence_table(rec).to_html(index=False, border=0, escape=True),
+            html_table(_evidence_table(rec)),
         ]
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return html_page("batchscope recommendation", parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
