@@ -45,13 +45,7 @@ from batchscope import results
 
 #: The columns a reader looks at first, in this order; every other result key follows.
 FIRST_COLUMNS = (
-    "mode",
-    "model",
-    "dataset",
-    "batch_size",
-    "accumulation_steps",
-    "num_workers",
-    "seed",
+    *results.GRID_KEYS,
     "device",
     "status",
     "samples_per_s",
