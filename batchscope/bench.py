@@ -55,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr-scaling", choices=("none", "linear", "sqrt"), default="none")
     p.add_argument("--base-batch-size", type=int, default=None, help="batch --lr is meant for")
     p.add_argument("--lr-warmup-steps", type=int, default=0)
+    p.add_argument("--lr-warmup-epochs", type=float, default=None, help="instead of steps")
     p.add_argument("--lr-decay", choices=("constant", "cosine"), default="constant")
     p.add_argument("--eval-every-samples", type=int, default=None, help="validate while training")
     p.add_argument(
@@ -86,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.num_workers < 0 or args.warmup_steps < 0:
         p.error("--num-workers and --warmup-steps must not be negative")
+    if args.lr_warmup_epochs is not None and (args.lr_warmup_steps or args.lr_warmup_epochs < 0):
+        p.error("give --lr-warmup-steps or a non-negative --lr-warmup-epochs, not both")
     if args.mode == "infer" and args.accumulation_steps != 1:
         p.error("--accumulation-steps is a training setting: inference runs use 1")
     return args
@@ -166,6 +169,7 @@ def _bench(args: argparse.Namespace) -> int:
         lr_scaling=args.lr_scaling,
         base_batch_size=args.base_batch_size,
         lr_warmup_steps=args.lr_warmup_steps,
+        lr_warmup_epochs=args.lr_warmup_epochs,
         lr_decay=args.lr_decay,
         eval_every_samples=args.eval_every_samples,
         target_accuracy=args.target_accuracy,

@@ -75,6 +75,10 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
     train = config.get("train", {})
     if train.get("lr_scaling", "none") != "none" and train.get("base_batch_size") is None:
         raise ConfigError("config key train.base_batch_size: required when train.lr_scaling is set")
+    if train.get("lr_warmup_epochs") is not None and train.get("lr_warmup_steps"):
+        raise ConfigError(
+            "config key train.lr_warmup_epochs: give lr_warmup_steps or lr_warmup_epochs, not both"
+        )
     if train.get("target_accuracy") is not None and train.get("target_loss") is not None:
         raise ConfigError(
             "config key train.target_loss: give target_accuracy or target_loss, not both"

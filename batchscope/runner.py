@@ -84,6 +84,7 @@ class RunConfig:
     lr_scaling: str = "none"  # none | linear | sqrt, from base_batch_size to the effective batch
     base_batch_size: int | None = None  # None: lr is used as given
     lr_warmup_steps: int = 0
+    lr_warmup_epochs: float | None = None  # instead of lr_warmup_steps: epochs of updates
     lr_decay: str = "constant"  # constant | cosine
     eval_every_samples: int | None = None  # validate during training (off the clock)
     target_accuracy: float | None = None
@@ -233,6 +234,14 @@ def _progress(total: int, desc: str):
 
     # Logs are files, not terminals: a line every few seconds is plenty.
     return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=5.0, ascii=True)
+
+
+def warmup_updates(cfg: RunConfig, updates_per_epoch: int) -> int:
+    """The learning-rate warm-up in updates: ``lr_warmup_steps``, or ``lr_warmup_epochs`` of
+    ``updates_per_epoch`` (Goyal et al. 2017 warm up over 5 epochs), rounded."""
+    if cfg.lr_warmup_epochs is None:
+        return cfg.lr_warmup_steps
+    return round(cfg.lr_warmup_epochs * updates_per_epoch)
 
 
 def planned_steps(cfg: RunConfig, steps_per_epoch: int) -> int:
@@ -532,12 +541,13 @@ def run(
     lr = effective_lr(cfg) if train else None
     if train:
         optimizer = make_optimizer(model, replace(cfg, lr=lr))
-        if cfg.lr_warmup_steps or cfg.lr_decay != "constant":
+        warmup = warmup_updates(cfg, len(loader))
+        if warmup or cfg.lr_decay != "constant":
             from batchscope.convergence import make_scheduler
 
             scheduler = make_scheduler(
                 optimizer,
-                warmup_steps=cfg.lr_warmup_steps,
+                warmup_steps=warmup,
                 total_steps=planned_steps(loader_cfg, len(loader)),
                 decay=cfg.lr_decay,
             )
@@ -576,6 +586,7 @@ def run(
     result["lr"] = lr
     result["base_lr"] = cfg.lr if train else None
     result["lr_scaling"] = cfg.lr_scaling if train else None
+    result["lr_warmup_steps"] = warmup_updates(cfg, len(loader)) if train else None
     result["accumulation_steps"] = accumulation
     result["effective_batch_size"] = cfg.batch_size * accumulation
     result["val_accuracy"] = result["val_loss"] = result["val_samples"] = None

@@ -63,6 +63,18 @@ def test_bad_value_is_one_line_naming_the_key(path, value, key):
     assert message.startswith(f"config key {key}:")
 
 
+def test_warmup_in_steps_and_in_epochs_is_one_line_naming_the_epochs_key():
+    config = _with("train.lr_warmup_steps", 10)
+    config["train"]["lr_warmup_epochs"] = 5
+    with pytest.raises(ConfigError) as info:
+        check(config, SCHEMA)
+    assert str(info.value) == (
+        "config key train.lr_warmup_epochs: give lr_warmup_steps or lr_warmup_epochs, not both"
+    )
+    config["train"]["lr_warmup_steps"] = 0
+    check(config, SCHEMA)  # epochs alone are fine
+
+
 def test_imagefolder_path_must_exist(tmp_path):
     config = _with("dataset", {"name": "imagefolder", "path": str(tmp_path / "missing")})
     with pytest.raises(ConfigError, match="dataset.path: .* is not a folder"):

@@ -161,6 +161,17 @@ def test_warmup_schedule_is_applied_step_by_step():
     assert lrs[3:] == pytest.approx([0.1] * 5)
 
 
+def test_warmup_in_epochs_is_that_many_epochs_of_updates_and_recorded():
+    # 96 samples in batches of 8: 12 updates per epoch, so half an epoch is 6 updates
+    result, steps = _run(max_steps=12, lr=0.1, lr_warmup_epochs=0.5)
+    assert result["lr_warmup_steps"] == 6
+    lrs = [s["lr"] for s in steps]
+    assert lrs[:5] == sorted(lrs[:5]) and lrs[4] < 0.1
+    assert lrs[5:] == pytest.approx([0.1] * 7)
+    plain, _ = _run(max_steps=4, lr=0.1, lr_warmup_steps=3)
+    assert plain["lr_warmup_steps"] == 3
+
+
 def test_validation_during_training_is_off_the_clock_and_finds_the_target():
     result, steps = _run(
         max_steps=10, eval_every_samples=24, target_accuracy=0.0, noise_every_steps=2

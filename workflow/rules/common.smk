@@ -307,6 +307,7 @@ def convergence_options():
     optional = {
         "--base-batch-size": train.get("base_batch_size"),
         "--eval-every-samples": train.get("eval_every_samples"),
+        "--lr-warmup-epochs": train.get("lr_warmup_epochs"),
         "--target-accuracy": train.get("target_accuracy"),
         "--target-loss": train.get("target_loss"),
         "--noise-every-steps": train.get("noise_scale_every_steps"),
