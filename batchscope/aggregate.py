@@ -112,6 +112,13 @@ RESULT_NAME = re.compile(
 )
 
 
+def with_accumulation(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with an integer ``accumulation_steps`` column. Tables from before gradient
+    accumulation was an axis (and rows that lack it) ran one micro-batch per update: 1."""
+    column = frame.get("accumulation_steps", pd.Series(1, index=frame.index))
+    return frame.assign(accumulation_steps=pd.to_numeric(column).fillna(1).astype(int))
+
+
 def steps_path(result_path: str | Path) -> Path:
     """The steps CSV written next to a result JSON: ``x.json`` -> ``x.steps.csv``."""
     path = Path(result_path)

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope import results
+from batchscope.aggregate import with_accumulation
 from batchscope.results import GRID_KEYS
 
 #: Keys of environment.json not worth comparing (they differ on every run).
@@ -93,11 +94,7 @@ def metric_diff(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFram
     runs, False when it does not, and empty when the metric has no noise model.
     """
     keep = [*GRID_KEYS, "status", *METRICS, "step_time_ms_iqr", "val_samples", *SETTING_COLUMNS]
-    # sweeps from before gradient accumulation was an axis ran one micro-batch per update
-    a, b = (
-        s if "accumulation_steps" in s else s.assign(accumulation_steps=1)
-        for s in (summary_a, summary_b)
-    )
+    a, b = with_accumulation(summary_a), with_accumulation(summary_b)
     a = a[[c for c in keep if c in a]]
     b = b[[c for c in keep if c in b]]
     merged = a.merge(b, on=list(GRID_KEYS), how="outer", suffixes=("_a", "_b"), indicator=True)

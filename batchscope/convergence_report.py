@@ -81,6 +81,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from batchscope import results  # noqa: E402
+from batchscope.aggregate import with_accumulation  # noqa: E402
 from batchscope.documents import html_page, html_table, markdown_table  # noqa: E402
 from batchscope.stats import t_critical  # noqa: E402
 
@@ -147,7 +148,6 @@ NUMERIC = (
     "batch_size",
     "num_workers",
     "seed",
-    "effective_batch_size",
     "accumulation_steps",
     "steps_run",
     "samples_per_s",
@@ -360,12 +360,10 @@ def _prepare(summary: pd.DataFrame) -> pd.DataFrame:
     for column in NUMERIC:
         if column in frame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    # accumulation is a grid key (rows without a result have it from their path); sweeps from
-    # before it was one ran a single micro-batch per update
-    accumulation = frame.get("accumulation_steps", pd.Series(np.nan, index=frame.index))
-    frame["accumulation_steps"] = accumulation.fillna(1).astype(int)
-    effective = frame.get("effective_batch_size", pd.Series(np.nan, index=frame.index))
-    frame["batch"] = effective.fillna(frame["batch_size"] * frame["accumulation_steps"]).astype(int)
+    # the effective batch of every row, those without a result too (their grid keys come from
+    # their path)
+    frame = with_accumulation(frame)
+    frame["batch"] = (frame["batch_size"] * frame["accumulation_steps"]).astype(int)
     reached = frame.get("target_reached", pd.Series(False, index=frame.index))
     frame["reached"] = [_truthy(v) for v in reached]
     return frame
@@ -1034,8 +1032,7 @@ def _run_curves(curves: pd.DataFrame, summary: pd.DataFrame, report: ModelReport
         & (frame["status"] == "ok")
     ]
     keys = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers", "seed"]
-    if "accumulation_steps" not in curves:
-        curves = curves.assign(accumulation_steps=1)
+    curves = with_accumulation(curves)
     columns = [*keys, "batch", "noise_scale_batch_small", "noise_scale_batch_big"]
     runs = runs.reindex(columns=columns)
     rows = curves.merge(runs, on=keys, how="inner")

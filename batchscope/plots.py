@@ -94,18 +94,10 @@ NO_BREAKDOWN = "no step-time breakdown in these results"
 def _panel_title(key: Sequence) -> str:
     mode, model, dataset, accumulation = key
     title = f"{mode} / {model} ({dataset})"
-    if not pd.isna(accumulation) and int(accumulation) != 1:
+    if accumulation != 1:
         steps = int(accumulation)
         title += f"\n{steps} accumulation steps (effective batch = batch size x {steps})"
     return title
-
-
-def _with_accumulation(frame: pd.DataFrame | None) -> pd.DataFrame | None:
-    """``frame`` with an ``accumulation_steps`` column: results from before accumulation was an
-    axis, and hand-made frames, ran one micro-batch per update."""
-    if frame is None or "accumulation_steps" in frame:
-        return frame
-    return frame.assign(accumulation_steps=1)
 
 
 def _panels(frame: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
@@ -333,7 +325,7 @@ def _metric_figure(
     (mode, model) to a largest-batch search result, drawn on its panel (``_draw_search``).
     ``ceiling`` names a column drawn as a dashed black line: the compute-only ceiling.
     """
-    summary = _with_accumulation(summary)
+    summary = aggregate.with_accumulation(summary)
     panels = _panels(summary, PANEL_KEYS)
     if not panels:
         return placeholder_figure(empty_message, title)
@@ -505,7 +497,7 @@ def data_wait_figure(summary: pd.DataFrame) -> Figure:
     """Heatmap of the share of step time spent waiting for data: batch size x num_workers,
     one panel per mode x model, each cell annotated."""
     title = "Data wait"
-    summary = _with_accumulation(summary)
+    summary = aggregate.with_accumulation(summary)
     panels = _panels(summary, PANEL_KEYS)
     if not panels:
         return placeholder_figure(NO_RUNS, title)
@@ -555,7 +547,8 @@ def loss_curves_figure(curves: pd.DataFrame, summary: pd.DataFrame | None = None
     without steps (OOM, a failed job, a missing result) are listed on the panel.
     """
     title = "Training loss"
-    curves, summary = _with_accumulation(curves), _with_accumulation(summary)
+    curves = aggregate.with_accumulation(curves)
+    summary = None if summary is None else aggregate.with_accumulation(summary)
     train = curves[curves["mode"] == "train"] if not curves.empty else curves
     train = train.assign(loss=pd.to_numeric(train["loss"]).replace([np.inf, -np.inf], np.nan))
     train = train[train["loss"].notna()]
@@ -690,7 +683,7 @@ def breakdown_figure(summary: pd.DataFrame) -> Figure:
     add up to the mean step time (marked by a black dash); failed points are labelled."""
     title = "Step time breakdown"
     columns = [column for _, column in BREAKDOWN_PARTS if column in summary]
-    summary = _with_accumulation(summary)
+    summary = aggregate.with_accumulation(summary)
     panels = _panels(summary, PANEL_KEYS)
     if not panels:
         return placeholder_figure(NO_RUNS, title)

@@ -113,9 +113,7 @@ def _prepare(summary: pd.DataFrame) -> pd.DataFrame:
     """Copy with the numeric columns numeric (absent ones as NaN), ``error`` and ``noisy``
     present, and the diagnosis (``bound``, ``stall_removed_by_workers``) computed afresh."""
     frame = summary.copy()
-    # sweeps from before accumulation was an axis ran one micro-batch per update
-    accumulation = frame.get("accumulation_steps", pd.Series(1, index=frame.index))
-    frame["accumulation_steps"] = pd.to_numeric(accumulation).fillna(1).astype(int)
+    frame = aggregate.with_accumulation(frame)
     for column in NUMERIC_COLUMNS:
         frame[column] = pd.to_numeric(frame[column]) if column in frame else float("nan")
     for column in ("error", "noisy"):

@@ -539,9 +539,9 @@ def run(
             eval_loader = make_loader(subset, val_cfg, device, shuffle=False, drop_last=False)
     optimizer = scheduler = hook = noise = None
     lr = effective_lr(cfg) if train else None
+    warmup = warmup_updates(cfg, len(loader)) if train else None
     if train:
         optimizer = make_optimizer(model, replace(cfg, lr=lr))
-        warmup = warmup_updates(cfg, len(loader))
         if warmup or cfg.lr_decay != "constant":
             from batchscope.convergence import make_scheduler
 
@@ -586,7 +586,7 @@ def run(
     result["lr"] = lr
     result["base_lr"] = cfg.lr if train else None
     result["lr_scaling"] = cfg.lr_scaling if train else None
-    result["lr_warmup_steps"] = warmup_updates(cfg, len(loader)) if train else None
+    result["lr_warmup_steps"] = warmup
     result["accumulation_steps"] = accumulation
     result["effective_batch_size"] = cfg.batch_size * accumulation
     result["val_accuracy"] = result["val_loss"] = result["val_samples"] = None
