@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--output", help="also write the Markdown here")
     args = parser.parse_args(argv)
 
-    from batchscope import compare, results
+    from batchscope.core import results
+    from batchscope.report import compare
 
     try:
         text = compare.compare(args.a, args.b)

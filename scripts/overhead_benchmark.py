@@ -11,7 +11,7 @@ Usage (from the repository root):
 It measures four things and ends with a table (goal, measured, target, PASS/MISS):
 
 1. **Runner vs a bare loop.** The same model, batch size, data, SGD optimizer and seed, trained
-   (a) through ``batchscope.runner.run`` and (b) through a minimal hand-written loop (a plain
+   (a) through ``batchscope.bench.runner.run`` and (b) through a minimal hand-written loop (a plain
    DataLoader, zero_grad / forward / backward / step, one device-synchronised clock around the
    measured steps), alternating A B A B in this one process. Both sides count the same thing:
    samples over seconds of the measured steps after the same warm-up, clock started at the end
@@ -39,12 +39,12 @@ It measures four things and ends with a table (goal, measured, target, PASS/MISS
    aggregate, plots, recommend: their whole process is their work). The measuring jobs' fixed
    costs (TSV - ``wall_s``) are printed apart, and the ratio also against the bench jobs'
    ``wall_s`` alone and against all jobs' TSVs.
-4. **``batch_sizes: auto``**: :func:`batchscope.search.search` against fake devices whose peak
+4. **``batch_sizes: auto``**: :func:`batchscope.core.search.search` against fake devices whose peak
    memory is affine in the batch size and whose limit is known, over a range of limits (a
    CPU-like one, where a failure reports the memory it held, and a GPU-like one with a known
    capacity and margin). Goal: within 5% of the true limit in at most ceil(log2 limit) + 4
    trials, worst case over all limits. ``--real-maxbatch`` also runs ``python -m
-   batchscope.maxbatch`` on the CPU under a memory budget, from batch 1 (each trial a process;
+   batchscope.bench.maxbatch`` on the CPU under a memory budget, from batch 1 (each trial a process;
    a minute or two) and prints its trial count against the same bound.
 
 This is a measurement, not a test: nothing is asserted, and the exit status is 0 whatever the
@@ -149,7 +149,7 @@ def runner_vs_loop(args: argparse.Namespace) -> dict:
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    from batchscope import data, measure, models, runner, seeding
+    from batchscope.bench import data, measure, models, runner, seeding
 
     device = measure.resolve_device(args.device)
     if args.threads:
@@ -280,7 +280,7 @@ _TIME_IMPORT = (
 #: A whole bench run in this process, then the plotting libraries it has loaded.
 _BENCH_THEN_MODULES = (
     "import json, sys\n"
-    "from batchscope import bench\n"
+    "from batchscope.bench import job as bench\n"
     "rc = bench.main(sys.argv[1:])\n"
     f"banned = {PLOTTING!r}\n"
     "loaded = sorted({m.split('.')[0] for m in sys.modules} & set(banned))\n"
@@ -293,7 +293,7 @@ _BENCH_THEN_MODULES = (
 _FLOOR = "import torch, torchvision\ntorch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)\n"
 
 #: What bench's main imports before its own clock (``wall_s``) starts.
-_BENCH_PRE_CLOCK = ("batchscope.data", "batchscope.measure", "batchscope.runner")
+_BENCH_PRE_CLOCK = ("batchscope.bench.data", "batchscope.bench.measure", "batchscope.bench.runner")
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
@@ -542,7 +542,7 @@ class AffineDevice:
         return self.base + self.per_sample * batch
 
     def __call__(self, batch: int):
-        from batchscope.search import TrialResult
+        from batchscope.core.search import TrialResult
 
         if self.gpu:
             fits = self.peak(batch) <= self.capacity_mb
@@ -557,7 +557,7 @@ def trial_bound(limit: int) -> int:
 
 
 def auto_search(args: argparse.Namespace) -> dict:
-    from batchscope import search
+    from batchscope.core import search
 
     limits = sorted(
         set(range(1, args.search_max + 1)) | {4095, 4097, 10_000, 50_000, 65_535, 100_000}
@@ -605,7 +605,7 @@ def real_maxbatch(args: argparse.Namespace) -> dict:
     options = {"synthetic": {**synthetic_options(64, 1), "image_size": 32}}
     with tempfile.TemporaryDirectory(prefix="batchscope-maxbatch-") as tmp:
         out = Path(tmp) / "search.json"
-        cmd = [sys.executable, "-m", "batchscope.maxbatch", "--mode", "train", "--model"]
+        cmd = [sys.executable, "-m", "batchscope.bench.maxbatch", "--mode", "train", "--model"]
         cmd += [args.model, "--dataset", "synthetic", "--dataset-options", json.dumps(options)]
         cmd += ["--device", "cpu", "--threads", "1", "--cpu-memory-budget-mb", "150"]
         cmd += ["--tolerance", str(SEARCH_TOLERANCE), "--output", str(out)]  # from batch 1

@@ -1,4 +1,4 @@
-"""Tests for batchscope.aggregate on small synthetic result files."""
+"""Tests for batchscope.report.aggregate on small synthetic result files."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batchscope import aggregate, results
+from batchscope.core import results
+from batchscope.report import aggregate
 
 FINGERPRINT = "0123456789ab"
 
@@ -247,7 +248,7 @@ def test_written_tables_feed_recommend_and_plots(tmp_path):
     """The CSVs round-trip: the next stages read them as written (bools, empty cells, OOM)."""
     import matplotlib.pyplot as plt
 
-    from batchscope import plots, recommend
+    from batchscope.report import plots, recommend
 
     runs = tmp_path / "runs"
     paths = [write_run(runs, batch_size=b, samples_per_s=10.0 * b) for b in (16, 32)]
@@ -473,7 +474,7 @@ def test_reporting_modules_do_not_import_torch():
     """The report conda env has no torch: aggregate, plots and recommend must not need it."""
     code = (
         "import sys\n"
-        "import batchscope.aggregate, batchscope.plots, batchscope.recommend\n"
+        "import batchscope.report.aggregate, batchscope.report.plots, batchscope.report.recommend\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
@@ -483,7 +484,7 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
     """Failed and missing points reach the recommendation and the figures from the CSVs."""
     import matplotlib.pyplot as plt
 
-    from batchscope import plots, recommend
+    from batchscope.report import plots, recommend
 
     runs = tmp_path / "runs"
     paths = [write_run(runs, batch_size=b, samples_per_s=10.0 * b) for b in (16, 32)]
@@ -514,7 +515,7 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
 
 
 def test_rows_are_held_against_the_compute_only_ceiling(tmp_path):
-    from batchscope.aggregate import add_ceiling
+    from batchscope.report.aggregate import add_ceiling
 
     summary = pd.DataFrame(
         {"mode": ["train", "train"], "model": ["m", "m"], "batch_size": [8, 16],

@@ -59,7 +59,7 @@ def test_batch_too_large_for_the_data_is_one_line(tmp_path):
 
 _EXIT = """
 import atexit, multiprocessing, sys, time
-from batchscope.bench import exit_without_teardown
+from batchscope.bench.job import exit_without_teardown
 atexit.register(lambda: print("teardown", flush=True))
 if sys.argv[1] == "child":
     multiprocessing.Process(target=time.sleep, args=(30,), daemon=True).start()

@@ -1,6 +1,6 @@
 import pandas as pd
 
-from batchscope.compare import environment_diff, metric_diff
+from batchscope.report.compare import environment_diff, metric_diff
 
 
 def _summary(changes=None):

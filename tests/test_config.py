@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchscope.config import ConfigError, check, load_schema
+from batchscope.core.config import ConfigError, check, load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
@@ -84,7 +84,7 @@ def test_imagefolder_path_must_exist(tmp_path):
 
 
 def test_model_names_are_exactly_what_the_pinned_torchvision_builds():
-    from batchscope.models import available_models
+    from batchscope.bench.models import available_models
 
     assert SCHEMA["$defs"]["model_name"]["enum"] == available_models()
 

@@ -5,7 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from batchscope import convergence as cv
+from batchscope.bench import training
+from batchscope.core import convergence as cv
+from batchscope.core import schedules
+from batchscope.core.stats import t_critical
 
 # ---------------------------------------------------------------- learning-rate scaling
 
@@ -15,58 +18,58 @@ from batchscope import convergence as cv
     [("none", 0.1), ("linear", 0.8), ("sqrt", 0.1 * math.sqrt(8))],
 )
 def test_scaled_lr_rules(rule, expected):
-    assert cv.scaled_lr(0.1, 32, 256, rule) == pytest.approx(expected, rel=1e-12)
+    assert schedules.scaled_lr(0.1, 32, 256, rule) == pytest.approx(expected, rel=1e-12)
 
 
 def test_scaled_lr_is_the_base_lr_at_the_base_batch_and_shrinks_below_it():
-    for rule in cv.LR_RULES:
-        assert cv.scaled_lr(0.1, 64, 64, rule) == pytest.approx(0.1)
-    assert cv.scaled_lr(0.1, 64, 16, "linear") == pytest.approx(0.025)
-    assert cv.scaled_lr(0.1, 64, 16, "sqrt") == pytest.approx(0.05)
+    for rule in schedules.LR_RULES:
+        assert schedules.scaled_lr(0.1, 64, 64, rule) == pytest.approx(0.1)
+    assert schedules.scaled_lr(0.1, 64, 16, "linear") == pytest.approx(0.025)
+    assert schedules.scaled_lr(0.1, 64, 16, "sqrt") == pytest.approx(0.05)
 
 
 def test_scaled_lr_rejects_unknown_rule_and_bad_values():
     with pytest.raises(ValueError, match="unknown lr scaling rule 'cubic'"):
-        cv.scaled_lr(0.1, 32, 64, "cubic")
+        schedules.scaled_lr(0.1, 32, 64, "cubic")
     with pytest.raises(ValueError, match="base_batch_size=0"):
-        cv.scaled_lr(0.1, 0, 64, "linear")
+        schedules.scaled_lr(0.1, 0, 64, "linear")
 
 
 def test_epochs_to_steps():
-    assert cv.epochs_to_steps(5, 100) == 500
-    assert cv.epochs_to_steps(0.1, 10) == 1  # 0.1 * 10 is 1.0000000000000002 in floats
-    assert cv.epochs_to_steps(0.01, 10) == 1  # a warm-up asked for is never lost
-    assert cv.epochs_to_steps(0, 10) == 0
+    assert schedules.epochs_to_steps(5, 100) == 500
+    assert schedules.epochs_to_steps(0.1, 10) == 1  # 0.1 * 10 is 1.0000000000000002 in floats
+    assert schedules.epochs_to_steps(0.01, 10) == 1  # a warm-up asked for is never lost
+    assert schedules.epochs_to_steps(0, 10) == 0
     with pytest.raises(ValueError, match="steps_per_epoch >= 1"):
-        cv.epochs_to_steps(1, 0)
+        schedules.epochs_to_steps(1, 0)
 
 
 def test_warmup_starts_at_start_lr_and_reaches_peak_linearly():
     kw = {"peak_lr": 0.8, "warmup_steps": 4, "total_steps": 20, "start_lr": 0.1}
-    values = [cv.lr_at(s, **kw) for s in range(6)]
+    values = [schedules.lr_at(s, **kw) for s in range(6)]
     assert values == pytest.approx([0.1, 0.275, 0.45, 0.625, 0.8, 0.8])
 
 
 def test_warmup_default_start_is_a_tenth_of_peak():
-    assert cv.lr_at(0, peak_lr=0.5, warmup_steps=10, total_steps=20) == pytest.approx(0.05)
+    assert schedules.lr_at(0, peak_lr=0.5, warmup_steps=10, total_steps=20) == pytest.approx(0.05)
     # no warm-up: the first update already uses the peak
-    assert cv.lr_at(0, peak_lr=0.5, warmup_steps=0, total_steps=20) == 0.5
+    assert schedules.lr_at(0, peak_lr=0.5, warmup_steps=0, total_steps=20) == 0.5
 
 
 def test_cosine_decays_from_peak_to_zero_at_total_steps():
     kw = {"peak_lr": 1.0, "warmup_steps": 10, "total_steps": 110, "decay": "cosine"}
-    assert cv.lr_at(10, **kw) == pytest.approx(1.0)
-    assert cv.lr_at(60, **kw) == pytest.approx(0.5)  # half way through the decay
-    assert cv.lr_at(109, **kw) > 0
-    assert cv.lr_at(110, **kw) == 0.0
-    assert cv.lr_at(500, **kw) == 0.0
-    decaying = [cv.lr_at(s, **kw) for s in range(10, 111)]
+    assert schedules.lr_at(10, **kw) == pytest.approx(1.0)
+    assert schedules.lr_at(60, **kw) == pytest.approx(0.5)  # half way through the decay
+    assert schedules.lr_at(109, **kw) > 0
+    assert schedules.lr_at(110, **kw) == 0.0
+    assert schedules.lr_at(500, **kw) == 0.0
+    decaying = [schedules.lr_at(s, **kw) for s in range(10, 111)]
     assert all(a >= b for a, b in zip(decaying, decaying[1:], strict=False))
 
 
 def test_constant_keeps_peak_after_warmup():
     kw = {"peak_lr": 0.3, "warmup_steps": 5, "total_steps": 50}
-    assert {cv.lr_at(s, **kw) for s in range(5, 80)} == {0.3}
+    assert {schedules.lr_at(s, **kw) for s in range(5, 80)} == {0.3}
 
 
 @pytest.mark.parametrize(
@@ -80,21 +83,21 @@ def test_constant_keeps_peak_after_warmup():
 def test_lr_at_rejects_bad_settings(kwargs, message):
     settings = {"peak_lr": 1.0, "warmup_steps": 5, "total_steps": 20, **kwargs}
     with pytest.raises(ValueError, match=message):
-        cv.lr_at(0, **settings)
+        schedules.lr_at(0, **settings)
 
 
-@pytest.mark.parametrize("decay", cv.DECAYS)
+@pytest.mark.parametrize("decay", schedules.DECAYS)
 def test_lambda_scheduler_follows_lr_at_step_by_step(decay):
     model = torch.nn.Linear(3, 2)
-    peak = cv.scaled_lr(0.05, 32, 256, "linear")
+    peak = schedules.scaled_lr(0.05, 32, 256, "linear")
     optimizer = torch.optim.SGD(model.parameters(), lr=peak, momentum=0.9)
     kw = {"warmup_steps": 7, "total_steps": 40, "decay": decay, "start_lr": 0.05}
-    scheduler = cv.make_scheduler(optimizer, **kw)
+    scheduler = training.make_scheduler(optimizer, **kw)
     assert isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR)
     for step in range(45):
         # the lr the next optimizer.step() will use
         assert optimizer.param_groups[0]["lr"] == pytest.approx(
-            cv.lr_at(step, peak_lr=peak, **kw), rel=1e-12, abs=1e-15
+            schedules.lr_at(step, peak_lr=peak, **kw), rel=1e-12, abs=1e-15
         )
         optimizer.step()
         scheduler.step()
@@ -103,22 +106,22 @@ def test_lambda_scheduler_follows_lr_at_step_by_step(decay):
 def test_make_scheduler_validates_before_the_first_step():
     optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
     with pytest.raises(ValueError, match="warmup_steps <= total_steps"):
-        cv.make_scheduler(optimizer, warmup_steps=10, total_steps=5)
+        training.make_scheduler(optimizer, warmup_steps=10, total_steps=5)
 
 
 # ---------------------------------------------------------------- gradient accumulation
 
 
 def test_accumulation_steps_divides_exactly():
-    assert cv.accumulation_steps(256, 32) == 8
-    assert cv.accumulation_steps(32, 32) == 1
+    assert schedules.accumulation_steps(256, 32) == 8
+    assert schedules.accumulation_steps(32, 32) == 1
     with pytest.raises(ValueError) as err:
-        cv.accumulation_steps(100, 32)
+        schedules.accumulation_steps(100, 32)
     message = str(err.value)
     assert "\n" not in message
     assert "100" in message and "32" in message
     with pytest.raises(ValueError, match="micro-batch size 0"):
-        cv.accumulation_steps(64, 0)
+        schedules.accumulation_steps(64, 0)
 
 
 def _mlp() -> torch.nn.Module:
@@ -165,7 +168,7 @@ def test_accumulated_gradient_equals_one_big_batch(make, shape):
     model = make().eval()  # eval: BatchNorm uses its running statistics, per-sample
     x, y = _data(32, shape)  # k = 4 micro-batches of b = 8
     big_loss, big_grad = _full_batch_grad(model, x, y)
-    loss = cv.accumulate_gradients(model, F.cross_entropy, _micro(x, y, 4))
+    loss = training.accumulate_gradients(model, F.cross_entropy, _micro(x, y, 4))
     torch.testing.assert_close(_grads(model), big_grad, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(loss, big_loss, rtol=1e-12, atol=1e-14)
 
@@ -176,7 +179,7 @@ def test_accumulation_weights_unequal_micro_batches_by_size():
     x, y = _data(30, (6,))
     _, big_grad = _full_batch_grad(model, x, y)
     parts = [(x[:8], y[:8]), (x[8:24], y[8:24]), (x[24:], y[24:])]
-    cv.accumulate_gradients(model, F.cross_entropy, parts)
+    training.accumulate_gradients(model, F.cross_entropy, parts)
     torch.testing.assert_close(_grads(model), big_grad, rtol=1e-12, atol=1e-14)
 
 
@@ -186,7 +189,7 @@ def test_training_mode_batchnorm_differs_per_micro_batch():
     model = _conv_bn().train()
     x, y = _data(32, (1, 5, 5))
     _, big_grad = _full_batch_grad(model, x, y)
-    cv.accumulate_gradients(model, F.cross_entropy, _micro(x, y, 4))
+    training.accumulate_gradients(model, F.cross_entropy, _micro(x, y, 4))
     assert not torch.allclose(_grads(model), big_grad, rtol=1e-6, atol=1e-9)
 
 
@@ -200,7 +203,7 @@ def test_accumulated_step_matches_a_big_batch_step():
     for _ in range(3):
         _full_batch_grad(big, x, y)
         opt_big.step()
-        cv.accumulated_step(small, F.cross_entropy, _micro(x, y, 3), opt_small)
+        training.accumulated_step(small, F.cross_entropy, _micro(x, y, 3), opt_small)
     for p, q in zip(big.parameters(), small.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14)
 
@@ -261,8 +264,8 @@ def test_steps_to_target_needs_exactly_one_target():
 def test_t_critical_matches_tables():
     table = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 30: 2.042}
     for df, value in table.items():
-        assert cv.t_critical(df) == pytest.approx(value, abs=1e-3)
-    assert cv.t_critical(5, 0.90) == pytest.approx(2.015, abs=1e-3)
+        assert t_critical(df) == pytest.approx(value, abs=1e-3)
+    assert t_critical(5, 0.90) == pytest.approx(2.015, abs=1e-3)
 
 
 def _reached(steps):
@@ -367,7 +370,7 @@ def test_gradient_sq_norms_match_direct_gradients_and_leave_the_model_alone():
     F.cross_entropy(model(x[:8]), y[:8]).backward()
     g_small = _grads(model).clone()
     model.zero_grad(set_to_none=True)
-    small, big = cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=8)
+    small, big = training.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=8)
     assert small == pytest.approx(float(g_small @ g_small), rel=1e-12)
     assert big == pytest.approx(float(g_big @ g_big), rel=1e-12)
     assert all(p.grad is None for p in model.parameters())
@@ -375,11 +378,11 @@ def test_gradient_sq_norms_match_direct_gradients_and_leave_the_model_alone():
     model.train()  # BN updates running stats, dropout draws from the RNG: both must be undone
     stats = model[1].running_mean.clone()
     rng_state = torch.get_rng_state()
-    cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=8)
+    training.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=8)
     assert torch.equal(model[1].running_mean, stats)
     assert torch.equal(torch.get_rng_state(), rng_state)
     with pytest.raises(ValueError, match="batch_small < batch_big"):
-        cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=32)
+        training.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=32)
 
 
 def test_gradient_sq_norms_in_micro_batch_chunks_equal_the_whole_passes():
@@ -387,12 +390,14 @@ def test_gradient_sq_norms_in_micro_batch_chunks_equal_the_whole_passes():
     torch.manual_seed(4)
     model = _mlp().double()
     x, y = _data(48, (6,))
-    whole = cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12)
+    whole = training.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12)
     for chunk in (5, 12, 48):
-        chunked = cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12, chunk=chunk)
+        chunked = training.gradient_sq_norms(
+            model, F.cross_entropy, x, y, batch_small=12, chunk=chunk
+        )
         assert chunked == pytest.approx(whole, rel=1e-10)
     passes = []
     handle = model.register_forward_hook(lambda _m, inputs, _o: passes.append(len(inputs[0])))
-    cv.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12, chunk=5)
+    training.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12, chunk=5)
     handle.remove()
     assert max(passes) == 5 and sum(passes) == 48

@@ -1,4 +1,4 @@
-"""Tests for batchscope.convergence_report on crafted summary and curves tables."""
+"""Tests for batchscope.report.convergence_report on crafted summary and curves tables."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from batchscope import convergence_report as cr
-from batchscope.config import check, load_schema
+from batchscope.core.config import check, load_schema
+from batchscope.report import convergence_report as cr
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Tests of batchscope.data: verified, cached, atomic prepare; splits that load."""
+"""Tests of batchscope.bench.data: verified, cached, atomic prepare; splits that load."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import torch
 from PIL import Image
 from torchvision.datasets.utils import calculate_md5
 
-from batchscope import data
-from batchscope.data import DatasetError, DownloadSpec, FileSpec, open_split, prepare
-from batchscope.results import read_json
+from batchscope.bench import data
+from batchscope.bench.data import DatasetError, DownloadSpec, FileSpec, open_split, prepare
+from batchscope.core.results import read_json
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 FASHION_FILES = [f.filename for f in data.SPECS["fashion_mnist"].files]

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from batchscope import documents
+from batchscope.report import documents
 
 
 def test_markdown_table_has_a_header_rule_and_escapes_pipes():

@@ -1,6 +1,6 @@
 import os
 
-from batchscope import envinfo
+from batchscope.bench import envinfo
 
 
 def test_runtime_records_versions_device_blas_and_a_stable_fingerprint():

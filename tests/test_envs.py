@@ -64,12 +64,21 @@ def _rules() -> list[tuple[str, str, str]]:
     for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
         for block in re.split(r"\n(?=rule )", smk.read_text()):
             name = re.match(r"rule (\w+):", block)
-            module = re.search(r"python -m (batchscope\.\w+)", block)
+            module = re.search(r"python -m (batchscope[\w.]+)", block)
             if name and module:
                 env = re.search(r'conda:\s*\n\s*"\.\./envs/([\w.]+)"', block)
                 assert env, f"rule {name[1]} has no conda env"
                 found.append((name[1], env[1], module[1]))
     return found
+
+
+def _module_file(module: str) -> Path | None:
+    """The source of a batchscope module, or of a package's ``__main__`` (``python -m``)."""
+    base = ROOT / module.replace(".", "/")
+    for candidate in (base.with_suffix(".py"), base / "__main__.py"):
+        if candidate.exists():
+            return candidate
+    return None
 
 
 def _third_party_imports(module: str, seen: set[str] | None = None) -> set[str]:
@@ -78,7 +87,7 @@ def _third_party_imports(module: str, seen: set[str] | None = None) -> set[str]:
     if module in seen:
         return set()
     seen.add(module)
-    source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
+    source = _module_file(module).read_text()
     out = set()
     for node in ast.walk(ast.parse(source)):
         names = []
@@ -86,12 +95,12 @@ def _third_party_imports(module: str, seen: set[str] | None = None) -> set[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
-            if node.module == "batchscope":
-                names += [f"batchscope.{alias.name}" for alias in node.names]
+            if node.module.startswith("batchscope"):
+                names += [f"{node.module}.{alias.name}" for alias in node.names]
         for name in names:
             top = name.split(".")[0]
             if name.startswith("batchscope."):
-                if (ROOT / (name.replace(".", "/") + ".py")).exists():
+                if _module_file(name) is not None:
                     out |= _third_party_imports(name, seen)
             elif top not in sys.stdlib_module_names and top not in ("__future__", "batchscope"):
                 out.add(top)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from batchscope import results
+from batchscope.core import results
 from tests.test_workflow import REPO, job_counts, write_config
 
 pytestmark = pytest.mark.e2e
@@ -92,7 +92,7 @@ def _write_under_file_size_limit(path: Path, limit_bytes: int) -> subprocess.Com
     (RLIMIT_FSIZE: the kernel refuses the write, as a full disk would)."""
     code = (
         "import resource, signal, sys\n"
-        "from batchscope import results\n"
+        "from batchscope.core import results\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit_bytes}, resource.RLIM_INFINITY))\n"
         f"results.write_json({str(path)!r}, {{'values': list(range(100000))}})\n"

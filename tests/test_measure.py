@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from batchscope import measure
+from batchscope.bench import measure
 
 
 def test_step_stats_percentiles_in_ms():

@@ -1,4 +1,4 @@
-"""Tests for batchscope.plots on small synthetic summary/curves tables."""
+"""Tests for batchscope.report.plots on small synthetic summary/curves tables."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection
 
-from batchscope import plots
+from batchscope.report import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -414,7 +414,7 @@ def test_main_writes_every_png(tmp_path):
 
 
 def test_throughput_draws_the_compute_only_ceiling_when_known():
-    from batchscope import plots
+    from batchscope.report import plots
 
     summary = pd.DataFrame(
         {"mode": "infer", "model": "m", "dataset": "d", "batch_size": [8, 16], "num_workers": 0,

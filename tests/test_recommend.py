@@ -1,4 +1,4 @@
-"""Tests for batchscope.recommend on small synthetic summary tables."""
+"""Tests for batchscope.report.recommend on small synthetic summary tables."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batchscope import recommend
+from batchscope.report import recommend
 
 ENV = {"fingerprint": "0123456789ab", "torch": "2.14.1", "device_name": "Test GPU"}
 
@@ -414,7 +414,7 @@ def convergence_sweep(step_time, seeds=(0, 1)) -> pd.DataFrame:
 def write_inputs(tmp_path, summary):
     """The summary, environment and convergence findings files main reads; argv without the
     findings, and the findings path."""
-    from batchscope import convergence_report
+    from batchscope.report import convergence_report
 
     summary_csv, env_json = tmp_path / "summary.csv", tmp_path / "environment.json"
     summary.to_csv(summary_csv, index=False)

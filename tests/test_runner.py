@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from batchscope import models, runner, seeding
+from batchscope.bench import models, runner, seeding
 
 CPU = torch.device("cpu")
 

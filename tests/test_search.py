@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from batchscope import maxbatch, search
-from batchscope.search import TrialResult
+from batchscope.bench import maxbatch
+from batchscope.core import search
+from batchscope.core.search import TrialResult
 
 INTERCEPT, SLOPE = 600.0, 2.5  # MB, MB per sample: what a fake device's peak memory is
 
@@ -289,7 +290,7 @@ def test_maxbatch_finds_a_real_allocator_limit_on_the_cpu(tmp_path):
     }
     out = tmp_path / "search.json"
     trials = tmp_path / "trials"
-    cmd = [sys.executable, "-m", "batchscope.maxbatch", "--mode", "train", "--model"]
+    cmd = [sys.executable, "-m", "batchscope.bench.maxbatch", "--mode", "train", "--model"]
     cmd += ["small_cnn", "--dataset", "synthetic", "--dataset-options", json.dumps(options)]
     cmd += ["--device", "cpu", "--threads", "1", "--cpu-memory-budget-mb", "150"]
     # start at 32 and settle within 10%: each trial is a process that imports torch (~6 s), and

@@ -42,6 +42,6 @@ rule aggregate:
             else ""
         ),
     shell:
-        "python -m batchscope.aggregate --results {params.results:q} {params.partial}"
+        "python -m batchscope.report.aggregate --results {params.results:q} {params.partial}"
         " --env {input.env:q} --summary {output.summary:q} --by-point {output.by_point:q}"
         " --curves {output.curves:q} --ceilings {input.ceilings:q} > {log:q} 2>&1"

@@ -70,6 +70,6 @@ checkpoint max_batch:
     params:
         options=maxbatch_options,
     shell:
-        "python -m batchscope.maxbatch --mode {wildcards.mode} --model {wildcards.model}"
+        "python -m batchscope.bench.maxbatch --mode {wildcards.mode} --model {wildcards.model}"
         " --seed 0 --threads {threads} {params.options} --trials-dir {output.trials:q}"
         " --output {output.search:q} > {log:q} 2>&1"

@@ -2,7 +2,7 @@
 import json
 import shlex
 
-from batchscope.config import ConfigError, check, load_schema
+from batchscope.core.config import ConfigError, check, load_schema
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 

@@ -51,5 +51,5 @@ rule convergence_report:
     params:
         outdir=plot_dir,
     shell:
-        "python -m batchscope.convergence_report --summary {input.summary:q}"
+        "python -m batchscope.report.convergence_report --summary {input.summary:q}"
         " --curves {input.curves:q} --outdir {params.outdir:q} > {log:q} 2>&1"

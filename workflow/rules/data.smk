@@ -13,5 +13,5 @@ rule download_dataset:
     params:
         options=download_options,
     shell:
-        "python -m batchscope.download --dataset {wildcards.dataset} --root {output:q}"
+        "python -m batchscope.bench.download --dataset {wildcards.dataset} --root {output:q}"
         " {params.options} > {log:q} 2>&1"

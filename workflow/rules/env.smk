@@ -15,5 +15,5 @@ rule capture_environment:
         workflow_dir=workflow.basedir,
         snakemake_version=snakemake.__version__,
     shell:
-        "python -m batchscope.capture --device {params.device} --workflow-dir {params.workflow_dir:q}"
+        "python -m batchscope.bench.capture --device {params.device} --workflow-dir {params.workflow_dir:q}"
         " --snakemake-version {params.snakemake_version} --output {output:q} > {log:q} 2>&1"

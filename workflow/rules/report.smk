@@ -54,7 +54,7 @@ rule plots:
     params:
         outdir=plot_dir,
     shell:
-        "python -m batchscope.plots --summary {input.summary:q} --curves {input.curves:q}"
+        "python -m batchscope.report.plots --summary {input.summary:q} --curves {input.curves:q}"
         " --outdir {params.outdir:q} --maxbatch {input.maxbatch:q} > {log:q} 2>&1"
 
 
@@ -83,6 +83,6 @@ rule recommend:
             ["--convergence", *input.convergence] if input.convergence else []
         ),
     shell:
-        "python -m batchscope.recommend --summary {input.summary:q} --env {input.env:q}"
+        "python -m batchscope.report.recommend --summary {input.summary:q} --env {input.env:q}"
         " --markdown {output.markdown:q} --html {output.html:q} {params.convergence:q}"
         " > {log:q} 2>&1"

@@ -1,8 +1,8 @@
 """Convergence report: how many steps, samples and seconds each batch size needs to reach the
 training target, across seeds, and where the critical batch size lies.
 
-From the sweep's ``summary.csv`` and ``curves.csv`` (``batchscope.aggregate``), per model (training
-runs only, one DataLoader worker count: see ``chosen_workers``), this writes
+From the sweep's ``summary.csv`` and ``curves.csv`` (``batchscope.report.aggregate``), per
+model (training runs only, one DataLoader worker count: see ``chosen_workers``), this writes
 
 - ``convergence_steps.png``: steps to the target vs effective batch size on log-log axes (Shallue
   et al. 2018): the mean over the seeds that reached it with its 95% Student-t interval, each
@@ -18,7 +18,7 @@ runs only, one DataLoader worker count: see ``chosen_workers``), this writes
   the regimes, the recommendation (the batch size with the lowest time to target) and how to
   read it all;
 - ``convergence.json``: the same findings, machine-readable (``write_findings``), for
-  ``batchscope.recommend --convergence``.
+  ``batchscope.report.recommend --convergence``.
 
 The knee
 --------
@@ -51,7 +51,7 @@ knee.
 
 Command line::
 
-    python -m batchscope.convergence_report --summary results/summary.csv \\
+    python -m batchscope.report.convergence_report --summary results/summary.csv \\
         --curves results/curves.csv --outdir results/convergence
 
 This module needs pandas, NumPy, matplotlib and seaborn, never torch.
@@ -80,10 +80,10 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
-from batchscope import results  # noqa: E402
-from batchscope.aggregate import with_accumulation  # noqa: E402
-from batchscope.documents import html_page, html_table, markdown_table  # noqa: E402
-from batchscope.stats import t_critical  # noqa: E402
+from batchscope.core import results  # noqa: E402
+from batchscope.core.stats import t_critical  # noqa: E402
+from batchscope.report.aggregate import with_accumulation  # noqa: E402
+from batchscope.report.documents import html_page, html_table, markdown_table  # noqa: E402
 
 CONFIDENCE = 0.95
 
@@ -781,7 +781,7 @@ def _num(value: float) -> str:
 
 def _subplots(count: int, width: float = 6.4, height: float = 4.8) -> tuple[Figure, list]:
     """The report's panels, two per row (plots.py lays out the grid)."""
-    from batchscope.plots import _subplots as grid
+    from batchscope.report.plots import _subplots as grid
 
     return grid(count, width, height, max_cols=2)
 
@@ -1622,11 +1622,15 @@ def write_all(summary: pd.DataFrame, curves: pd.DataFrame, outdir: str | Path) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.convergence_report",
+        prog="python -m batchscope.report.convergence_report",
         description="Steps to target vs batch size, B_simple, the knee and a recommendation.",
     )
-    parser.add_argument("--summary", required=True, help="summary CSV from batchscope.aggregate")
-    parser.add_argument("--curves", required=True, help="curves CSV from batchscope.aggregate")
+    parser.add_argument(
+        "--summary", required=True, help="summary CSV from batchscope.report.aggregate"
+    )
+    parser.add_argument(
+        "--curves", required=True, help="curves CSV from batchscope.report.aggregate"
+    )
     parser.add_argument("--outdir", required=True, help="folder for the figures and documents")
     args = parser.parse_args(argv)
     summary = pd.read_csv(args.summary)

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from batchscope import measure
-from batchscope.models import logits_of
-from batchscope.seeding import loader_generator, seed_worker
+from batchscope.bench import measure
+from batchscope.bench.models import logits_of
+from batchscope.bench.seeding import loader_generator, seed_worker
 
 #: Phases of a step the step functions time, after waiting for data.
 TRAIN_PHASES = ("h2d", "forward", "backward", "optimizer")
@@ -453,7 +453,7 @@ def effective_lr(cfg: RunConfig) -> float:
     """The peak learning rate: ``lr`` scaled from ``base_batch_size`` to the effective batch."""
     if cfg.lr_scaling == "none" or cfg.base_batch_size is None:
         return cfg.lr
-    from batchscope.convergence import scaled_lr
+    from batchscope.core.schedules import scaled_lr
 
     effective = cfg.batch_size * cfg.accumulation_steps
     return scaled_lr(cfg.lr, cfg.base_batch_size, effective, cfg.lr_scaling)
@@ -480,7 +480,7 @@ def _convergence_hook(model, cfg: RunConfig, device, val_loader, noise):
     """Validation every ``eval_every_samples`` and noise-scale measurements every
     ``noise_every_steps``: both off the clock, recorded in the step's row. With
     ``stop_at_target``, ``hook.reached()`` says whether the last evaluation met the target."""
-    from batchscope.convergence import gradient_sq_norms
+    from batchscope.bench.training import gradient_sq_norms
 
     def loss_fn(logits, y):
         return F.cross_entropy(logits_of(logits), y)
@@ -543,7 +543,7 @@ def run(
     if train:
         optimizer = make_optimizer(model, replace(cfg, lr=lr))
         if warmup or cfg.lr_decay != "constant":
-            from batchscope.convergence import make_scheduler
+            from batchscope.bench.training import make_scheduler
 
             scheduler = make_scheduler(
                 optimizer,
@@ -552,7 +552,7 @@ def run(
                 decay=cfg.lr_decay,
             )
         if cfg.noise_every_steps:
-            from batchscope.convergence import GradientNoiseScale
+            from batchscope.core.convergence import GradientNoiseScale
 
             big = cfg.batch_size * accumulation
             noise = GradientNoiseScale(max(1, big // 4), big)
@@ -620,7 +620,7 @@ def _target_fields(cfg: RunConfig, rows: list[dict]) -> dict:
     """Steps, samples and seconds to the configured target, or ``reached: False``."""
     if cfg.target_accuracy is None and cfg.target_loss is None:
         return {}
-    from batchscope.convergence import steps_to_target
+    from batchscope.core.convergence import steps_to_target
 
     if cfg.target_accuracy is not None:
         outcome = steps_to_target(rows, target_accuracy=cfg.target_accuracy)

@@ -226,7 +226,7 @@ def flops_per_sample(build, input_shape: tuple[int, ...], *, train: bool) -> flo
     model.train(train)
     with FlopCounterMode(display=False) as counter:
         if train:
-            from batchscope.models import logits_of
+            from batchscope.bench.models import logits_of
 
             logits_of(model(x)).sum().backward()
         else:

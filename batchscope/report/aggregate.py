@@ -20,7 +20,7 @@ non-empty line. The grid point is read from the file name the workflow gives res
 
 Command line (every path is explicit; the steps CSV sits next to each result JSON)::
 
-    python -m batchscope.aggregate --results a.json b.json ... \\
+    python -m batchscope.report.aggregate --results a.json b.json ... \\
         --env results/env/environment.json \\
         --summary results/summary.csv --curves results/curves.csv \\
         [--by-point results/summary_by_point.csv] \\
@@ -41,7 +41,7 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope import results
+from batchscope.core import results
 
 #: The columns a reader looks at first, in this order; every other result key follows.
 FIRST_COLUMNS = (
@@ -318,7 +318,7 @@ def mean_ci(values: Iterable[Any], confidence: float = CONFIDENCE) -> tuple[floa
         return mean, math.nan, math.nan
     # imported here: convergence imports torch at module level, which the report env has not;
     # only a sweep with several seeds per point gets this far.
-    from batchscope.stats import t_critical
+    from batchscope.core.stats import t_critical
 
     half = t_critical(n - 1, confidence) * float(series.std(ddof=1)) / math.sqrt(n)
     return mean, mean - half, mean + half
@@ -480,7 +480,7 @@ def _frame_csv(frame: pd.DataFrame) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.aggregate",
+        prog="python -m batchscope.report.aggregate",
         description="Gather per-run result JSONs (and their steps CSVs) into summary, "
         "points and curves CSVs.",
     )

@@ -105,7 +105,7 @@ def _blas() -> dict[str, Any]:
 def _device(requested: str) -> dict[str, Any]:
     import torch
 
-    from batchscope.measure import resolve_device
+    from batchscope.bench.measure import resolve_device
 
     device = resolve_device(requested)
     info: dict[str, Any] = {

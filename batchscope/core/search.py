@@ -1,7 +1,7 @@
 """The largest batch size that fits: double until a failure, then close in on the boundary.
 
 Pure logic, no torch: :func:`search` calls ``trial(batch_size) -> TrialResult`` and decides which
-batch size to try next. ``python -m batchscope.maxbatch`` supplies a trial that runs one short
+batch size to try next. ``python -m batchscope.bench.maxbatch`` supplies a trial that runs one short
 benchmark in a fresh process; tests supply fakes with a known limit.
 
 How it searches

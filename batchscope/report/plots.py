@@ -1,4 +1,4 @@
-"""Figures of a sweep, from the summary and curves CSVs that ``batchscope.aggregate`` writes.
+"""Figures of a sweep, from the summary and curves CSVs that ``batchscope.report.aggregate`` writes.
 
 Each ``*_figure`` function takes DataFrames and returns a matplotlib Figure; ``main`` writes them
 all as PNGs with fixed names. Failed grid points are drawn, not dropped: OOM is a red "x",
@@ -14,10 +14,10 @@ noisy point (windows' IQR over 10% of the median) is drawn hollow.
 
 Command line::
 
-    python -m batchscope.plots --summary results/summary.csv --curves results/curves.csv \\
+    python -m batchscope.report.plots --summary results/summary.csv --curves results/curves.csv \\
         --outdir results/plots [--maxbatch results/maxbatch/train/small_cnn.json ...]
 
-``--maxbatch`` takes the largest-batch search's outputs (``batchscope.maxbatch``): the peak
+``--maxbatch`` takes the largest-batch search's outputs (``batchscope.bench.maxbatch``): the peak
 memory figure then marks the largest batch that fits and draws the search's trials.
 """
 
@@ -43,8 +43,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
-from batchscope import aggregate, results  # noqa: E402
-from batchscope.results import GRID_KEYS  # noqa: E402
+from batchscope.core import results  # noqa: E402
+from batchscope.core.results import GRID_KEYS  # noqa: E402
+from batchscope.report import aggregate  # noqa: E402
 
 #: A panel shows one mode x model (x dataset, which is a single one per model in a usual sweep).
 #: One panel per distinct value of these; a sweep with several ``accumulation_steps`` (a
@@ -819,17 +820,21 @@ def save_png(fig: Figure, path: str | Path, dpi: int = DPI) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.plots", description="Draw the sweep's figures as PNGs."
+        prog="python -m batchscope.report.plots", description="Draw the sweep's figures as PNGs."
     )
-    parser.add_argument("--summary", required=True, help="summary CSV from batchscope.aggregate")
-    parser.add_argument("--curves", required=True, help="curves CSV from batchscope.aggregate")
+    parser.add_argument(
+        "--summary", required=True, help="summary CSV from batchscope.report.aggregate"
+    )
+    parser.add_argument(
+        "--curves", required=True, help="curves CSV from batchscope.report.aggregate"
+    )
     parser.add_argument("--outdir", required=True, help="folder for the PNGs")
     parser.add_argument(
         "--maxbatch",
         nargs="*",
         default=[],
         metavar="FILE",
-        help="largest-batch search results (batchscope.maxbatch) to mark on the memory figure",
+        help="largest-batch search results (bench.maxbatch) to mark on the memory figure",
     )
     args = parser.parse_args(argv)
 

@@ -1,6 +1,7 @@
 """Entry point: fetch and verify a dataset (or index an image folder) into a cache folder.
 
-    python -m batchscope.download --dataset fashion_mnist --root resources/datasets/fashion_mnist \\
+    python -m batchscope.bench.download --dataset fashion_mnist \\
+        --root resources/datasets/fashion_mnist \\
         --mirror /usr/share/datasets/fashion-mnist/ --mirror https://example.org/fashion-mnist/
 
 Mirrors are tried in order for each file; what is fetched is verified before it is kept.
@@ -13,9 +14,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from batchscope import data
+    from batchscope.bench import data
 
-    p = argparse.ArgumentParser(prog="python -m batchscope.download")
+    p = argparse.ArgumentParser(prog="python -m batchscope.bench.download")
     p.add_argument("--dataset", choices=data.DATASET_NAMES, required=True)
     p.add_argument("--root", required=True, help="cache folder for this dataset")
     p.add_argument("--mirror", action="append", default=[], help="base URL or folder; repeatable")

@@ -53,7 +53,7 @@ from torchvision.datasets import CIFAR10, FashionMNIST
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset, pil_loader
 from torchvision.datasets.utils import calculate_md5, download_url
 
-from batchscope.results import write_json
+from batchscope.core.results import write_json
 
 DATASET_NAMES = ("fashion_mnist", "cifar10", "imagefolder", "synthetic")
 SPLITS = ("train", "test")

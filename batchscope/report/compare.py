@@ -17,9 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope import results
-from batchscope.aggregate import with_accumulation
-from batchscope.results import GRID_KEYS
+from batchscope.core import results
+from batchscope.core.results import GRID_KEYS
+from batchscope.report.aggregate import with_accumulation
 
 #: Keys of environment.json not worth comparing (they differ on every run).
 _VOLATILE = ("executable", "hostname", "conda_env_export", "torch_config", "torch_parallel_info")

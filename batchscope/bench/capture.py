@@ -1,6 +1,7 @@
 """Entry point: record the environment this workflow run measures in, as one JSON.
 
-python -m batchscope.capture --device auto --workflow-dir . --output results/env/environment.json
+python -m batchscope.bench.capture --device auto --workflow-dir . \\
+    --output results/env/environment.json
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from batchscope import envinfo, results
+    from batchscope.bench import envinfo
+    from batchscope.core import results
 
-    p = argparse.ArgumentParser(prog="python -m batchscope.capture")
+    p = argparse.ArgumentParser(prog="python -m batchscope.bench.capture")
     p.add_argument("--device", default="auto")
     p.add_argument("--workflow-dir", default=None, help="git checkout of the workflow")
     p.add_argument("--snakemake-version", default=None)

@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from batchscope import results
+from batchscope.core import results
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -96,9 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from batchscope.data import DatasetError
-    from batchscope.measure import DeviceError
-    from batchscope.runner import NothingToMeasure
+    from batchscope.bench.data import DatasetError
+    from batchscope.bench.measure import DeviceError
+    from batchscope.bench.runner import NothingToMeasure
 
     try:
         return _bench(args)
@@ -113,7 +113,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     import torch
 
-    from batchscope import data, envinfo, measure, models, runner, seeding
+    from batchscope.bench import data, envinfo, measure, models, runner, seeding
 
     env = envinfo.runtime(args.device)  # before threads and seeds are set: the environment as given
     device = measure.resolve_device(args.device)

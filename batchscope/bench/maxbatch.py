@@ -1,13 +1,13 @@
 """Entry point: the largest batch size that fits one mode × model (``batch_sizes: auto``).
 
-    python -m batchscope.maxbatch --mode train --model small_cnn --dataset fashion_mnist \\
+    python -m batchscope.bench.maxbatch --mode train --model small_cnn --dataset fashion_mnist \\
         --data-root resources/datasets/fashion_mnist --device auto --margin 0.1 \\
         --cap 65536 --output results/maxbatch/train/small_cnn.json
 
 Every trial is a fresh ``python -m batchscope.bench`` process (an allocator failure, a CUDA
 context in a bad state or a fragmented heap cannot carry over to the next trial) running one
 warm-up step and ``--trial-steps`` measured steps; its result JSON says ``ok`` or ``oom`` and
-its peak memory. :func:`batchscope.search.search` picks the sizes: doubling, then the memory
+its peak memory. :func:`batchscope.core.search.search` picks the sizes: doubling, then the memory
 model's prediction, then bisection. The output JSON holds the limit, the grid to sweep (powers
 of two up to the limit, plus the limit), the memory-vs-batch curve and every trial.
 
@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from batchscope import results, search
+from batchscope.core import results, search
 
 _MB = 1024 * 1024
 
@@ -73,7 +73,7 @@ _TRIAL_KEYS = (
 _DEVICE_QUERY = """
 import json, sys
 import torch
-from batchscope.measure import DeviceError, resolve_device
+from batchscope.bench.measure import DeviceError, resolve_device
 try:
     device = resolve_device(sys.argv[1])
 except DeviceError as exc:
@@ -94,7 +94,7 @@ class MaxBatchError(RuntimeError):
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(
-        prog="python -m batchscope.maxbatch",
+        prog="python -m batchscope.bench.maxbatch",
         description=__doc__.split("\n")[0],
         epilog="Other options are passed to every trial's `python -m batchscope.bench`.",
         allow_abbrev=False,  # an abbreviation must not swallow one of bench's options

@@ -14,14 +14,15 @@ IQR over the median step time). The runner-up is "within noise" when its gap to 
 smaller than the larger of the two spreads.
 
 Time to target: throughput is not the whole answer for training. Given the convergence
-report's findings (``convergence.json`` of ``batchscope.convergence_report``, ``--convergence``),
+report's findings (``convergence.json`` of
+``batchscope.report.convergence_report``, ``--convergence``),
 each training recommendation also names the batch size with the lowest mean time to the
 training target and the learning rate it used, compares it with the throughput pick, and says
 where it sits relative to the gradient noise scale B_simple and the knee of the steps curve.
 
 Command line::
 
-    python -m batchscope.recommend --summary results/summary.csv \\
+    python -m batchscope.report.recommend --summary results/summary.csv \\
         --env results/env/environment.json \\
         --markdown results/recommendation.md --html results/recommendation.html \\
         [--convergence results/convergence/convergence.json]
@@ -39,8 +40,9 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope import aggregate, results
-from batchscope.documents import html_page, html_table, markdown_table
+from batchscope.core import results
+from batchscope.report import aggregate
+from batchscope.report.documents import html_page, html_table, markdown_table
 
 #: A rec is made per distinct value of these (dataset is one per model in a usual sweep).
 #: One recommendation per distinct value of these: with several ``accumulation_steps`` (a
@@ -767,16 +769,18 @@ def render_html(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> st
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.recommend",
+        prog="python -m batchscope.report.recommend",
         description="Recommend a batch size and worker count from the sweep's summary.",
     )
-    parser.add_argument("--summary", required=True, help="summary CSV from batchscope.aggregate")
+    parser.add_argument(
+        "--summary", required=True, help="summary CSV from batchscope.report.aggregate"
+    )
     parser.add_argument("--env", required=True, help="captured environment JSON")
     parser.add_argument("--markdown", required=True, help="output Markdown file")
     parser.add_argument("--html", required=True, help="output HTML file")
     parser.add_argument(
         "--convergence",
-        help="convergence.json of batchscope.convergence_report: adds, per training group, "
+        help="convergence.json of batchscope.report.convergence_report: adds, per training group, "
         "the batch size with the lowest time to the target",
     )
     args = parser.parse_args(argv)

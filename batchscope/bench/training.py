@@ -1,0 +1,172 @@
+"""The torch side of training: the lr scheduler, gradient accumulation and the two-batch
+gradient norms the noise scale is estimated from (``batchscope.core.convergence``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+
+from batchscope.core.convergence import noise_estimates
+from batchscope.core.schedules import lr_at
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer,
+    *,
+    warmup_steps: int,
+    total_steps: int,
+    decay: str = "constant",
+    start_lr: float | None = None,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A ``LambdaLR`` whose lr before update ``s`` equals ``lr_at(s, ...)``.
+
+    The peak is the lr the optimizer holds now (set it to ``scaled_lr(...)`` first); the factor
+    is lr_at(s)/peak. Call ``scheduler.step()`` after each ``optimizer.step()``. Further param
+    groups get the same factor, so they keep their lr ratio to the first group.
+    """
+    peak_lr = optimizer.param_groups[0]["lr"]
+    if peak_lr <= 0:
+        raise ValueError(
+            f"the optimizer's lr is the schedule's peak and must be > 0, got {peak_lr}"
+        )
+    # Validate now rather than on the first step.
+    lr_at(
+        0,
+        peak_lr=peak_lr,
+        warmup_steps=warmup_steps,
+        total_steps=total_steps,
+        decay=decay,
+        start_lr=start_lr,
+    )
+
+    def factor(step: int) -> float:
+        lr = lr_at(
+            step,
+            peak_lr=peak_lr,
+            warmup_steps=warmup_steps,
+            total_steps=total_steps,
+            decay=decay,
+            start_lr=start_lr,
+        )
+        return lr / peak_lr
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def accumulate_gradients(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+) -> torch.Tensor:
+    """Leave in ``.grad`` the gradient of the mean loss over all micro-batches; return that loss.
+
+    ``loss_fn`` must average over its batch. Micro-batch i (n_i samples of N in all) contributes
+    its loss × n_i/N, which is 1/k for k equal micro-batches, so the sum of the k backward passes
+    equals the gradient of one batch of N = k·b samples (to float rounding).
+
+    Exactness needs per-sample independence: BatchNorm in training mode normalises each
+    micro-batch with its own statistics (and updates its running averages k times), and dropout
+    draws other masks, so such models only match in distribution. Use eval-mode BatchNorm, or
+    GroupNorm/LayerNorm, when the equality matters.
+    """
+    if not micro_batches:
+        raise ValueError("accumulation needs at least one micro-batch")
+    total = sum(int(y.shape[0]) for _, y in micro_batches)
+    model.zero_grad(set_to_none=True)
+    mean_loss = None
+    for x, y in micro_batches:
+        loss = loss_fn(model(x), y) * (int(y.shape[0]) / total)
+        loss.backward()
+        part = loss.detach()
+        mean_loss = part if mean_loss is None else mean_loss + part
+    return mean_loss
+
+
+def accumulated_step(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+) -> torch.Tensor:
+    """One optimizer step on the batch made of ``micro_batches``; returns its mean loss."""
+    loss = accumulate_gradients(model, loss_fn, micro_batches)
+    optimizer.step()
+    return loss
+
+
+def _grads(model: torch.nn.Module, loss: torch.Tensor) -> list[torch.Tensor]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
+
+
+def _sq_norm(tensors: Iterable[torch.Tensor]) -> float:
+    return float(sum(t.detach().double().pow(2).sum() for t in tensors))
+
+
+def _mean_grads(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    chunk: int | None,
+) -> list[torch.Tensor]:
+    """The mean gradient over ``x`` from backward passes of at most ``chunk`` samples each,
+    each weighted by its share (``loss_fn`` averages over its batch)."""
+    n = int(x.shape[0])
+    size = n if chunk is None else max(1, chunk)
+    total: list[torch.Tensor] = []
+    for start in range(0, n, size):
+        part = slice(start, start + size)
+        weight = x[part].shape[0] / n
+        grads = _grads(model, loss_fn(model(x[part]), y[part]))
+        total = (
+            [weight * g for g in grads]
+            if not total
+            else [t + weight * g for t, g in zip(total, grads, strict=True)]
+        )
+    return total
+
+
+def gradient_sq_norms(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    batch_small: int,
+    chunk: int | None = None,
+) -> tuple[float, float]:
+    """(|G_small|², |G_big|²) from one batch: its first ``batch_small`` samples, and all of it.
+
+    Two backward passes over disjoint parts, x[:b] and x[b:], cost about one step on the whole
+    batch; the big batch's mean gradient is G_big = (b·G_small + (B−b)·G_rest)/B (``loss_fn``
+    must average over its batch). The small gradient is part of the big one; each still has
+    E|G_B|² = |G|² + tr(Σ)/B, so ``noise_estimates`` stays unbiased.
+
+    With ``chunk`` (the micro-batch of an accumulating run), no backward pass takes more than
+    that many samples: the measurement needs no more memory than a training step.
+
+    Leaves the model as it found it: gradients go through ``torch.autograd.grad`` (``.grad`` is
+    untouched), buffers (BatchNorm running statistics) are restored and the RNG is forked
+    (dropout draws do not shift the training run's random stream). Runs in the model's current
+    mode: in training mode BatchNorm normalises each part with its own statistics.
+    """
+    batch_big = int(x.shape[0])
+    noise_estimates(0.0, 0.0, batch_small, batch_big)  # validates the sizes
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    devices = [] if x.device.type == "cpu" else [x.device]
+    device_type = None if x.device.type == "cpu" else x.device.type
+    try:
+        with torch.random.fork_rng(devices=devices, device_type=device_type):
+            g_small = _mean_grads(model, loss_fn, x[:batch_small], y[:batch_small], chunk)
+            g_rest = _mean_grads(model, loss_fn, x[batch_small:], y[batch_small:], chunk)
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+    w_small = batch_small / batch_big
+    g_big = [w_small * s + (1 - w_small) * r for s, r in zip(g_small, g_rest, strict=True)]
+    return _sq_norm(g_small), _sq_norm(g_big)
