@@ -74,6 +74,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 REPO = Path(__file__).resolve().parent.parent
 PLOTTING = ("matplotlib", "seaborn", "pandas")
 
@@ -144,6 +146,34 @@ def synthetic_options(batch_size: int, steps: int) -> dict:
     return {"channels": 1, "image_size": 28, "num_classes": 10, "num_samples": batch_size * steps}
 
 
+def _runner_spec(args: argparse.Namespace, *, epochs: int, max_steps: int):
+    """The run spec of side A: the schema's defaults, with this script's settings."""
+    from batchscope.core import config, spec
+
+    schema = config.load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    sweep = {
+        "dataset": {"name": "synthetic"},
+        "models": [args.model],
+        "modes": ["train"],
+        "batch_sizes": [args.batch_size],
+        "num_workers": [args.num_workers],
+        "seeds": [args.seed],
+        "device": args.device,
+        "deterministic": args.deterministic,
+        "measure": {"warmup_steps": args.warmup, "repeats": 1},
+        "train": {"epochs": epochs, "max_steps": max_steps, "optimizer": "sgd", "lr": args.lr,
+                  "momentum": args.momentum},
+    }  # fmt: skip
+    return spec.build(
+        config.with_defaults(sweep, schema),
+        mode="train",
+        model=args.model,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        seed=args.seed,
+    )
+
+
 def runner_vs_loop(args: argparse.Namespace) -> dict:
     import torch
     import torch.nn.functional as F
@@ -165,19 +195,7 @@ def runner_vs_loop(args: argparse.Namespace) -> dict:
     per_epoch = len(split.dataset) // args.batch_size
     if per_epoch < 1:
         raise SystemExit(f"batch size {args.batch_size} is larger than the dataset")
-    cfg = runner.RunConfig(
-        mode="train",
-        batch_size=args.batch_size,
-        num_workers=args.num_workers,
-        seed=args.seed,
-        epochs=math.ceil(total / per_epoch),
-        max_steps=total,
-        warmup_steps=args.warmup,
-        repeats=1,
-        optimizer="sgd",
-        lr=args.lr,
-        momentum=args.momentum,
-    )
+    cfg = _runner_spec(args, epochs=math.ceil(total / per_epoch), max_steps=total)
     cuda = device.type == "cuda"
     bookkeeping: list[float] = []  # the runner's own per-step bookkeeping / its step time
 

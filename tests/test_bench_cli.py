@@ -4,23 +4,39 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pandas as pd
 import pytest
 import torch
 
-SYNTHETIC = {
-    "synthetic": {"channels": 1, "image_size": 16, "num_classes": 4, "num_samples": 512},
-    "image_size": None,
-}
+from batchscope.core.spec import RunSpec
+from tests.factories import make_spec, settings
+
+SYNTHETIC = {"channels": 1, "image_size": 16, "num_classes": 4, "num_samples": 512}
 
 
-def bench(tmp_path, name, *args, seed=0):
+def write_spec(tmp_path, name, spec: RunSpec):
+    path = tmp_path / f"{name}.spec.json"
+    path.write_text(spec.to_json())
+    return path
+
+
+def bench(tmp_path, name, *args, seed=0, spec=None):
     out = tmp_path / name
-    cmd = [sys.executable, "-m", "batchscope.bench", "--mode", "train", "--model", "small_cnn"]
-    cmd += ["--dataset", "synthetic", "--dataset-options", json.dumps(SYNTHETIC)]
-    cmd += ["--batch-size", "16", "--num-workers", "1", "--seed", str(seed), "--threads", "1"]
-    cmd += ["--max-steps", "12", "--warmup-steps", "2", "--lr", "0.05", "--device", "cpu"]
+    if spec is None:
+        spec = make_spec(
+            "train",
+            batch_size=16,
+            num_workers=1,
+            seed=seed,
+            dataset={"name": "synthetic", **SYNTHETIC},
+            **settings("train", max_steps=12, lr=0.05),
+        )
+    specs = tmp_path / "specs"
+    specs.mkdir(exist_ok=True)
+    path = write_spec(specs, name, spec)
+    cmd = [sys.executable, "-m", "batchscope.bench", str(path), "--threads", "1"]
     cmd += ["--output", f"{out}.json", "--steps", f"{out}.steps.csv", *args]
     env = {**os.environ, "PYTHONHASHSEED": str(seed)}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300), out
@@ -41,20 +57,29 @@ def test_same_seed_gives_a_bit_identical_loss_curve_across_processes(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_requested_without_a_gpu_is_one_line_and_writes_nothing(tmp_path):
-    done, out = bench(tmp_path, "cuda", "--device", "cuda")
+    spec = make_spec("infer", device="cuda", **settings("infer", max_steps=12))
+    done, out = bench(tmp_path, "cuda", spec=spec)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "batchscope bench: error: device 'cuda' requested but torch sees no CUDA GPU"
     ]
-    assert not list(tmp_path.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == ["specs"]
 
 
 def test_batch_too_large_for_the_data_is_one_line(tmp_path):
-    done, _ = bench(tmp_path, "big", "--batch-size", "400")  # 512 samples: one step
+    spec = make_spec("train", batch_size=400, dataset={"name": "synthetic", **SYNTHETIC})
+    done, out = bench(tmp_path, "big", spec=spec)  # 512 samples: one step
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("batchscope bench: error: batch_size 400 gives 1 steps")
     assert "Traceback" not in done.stderr
+    assert not out.with_suffix(".json").exists()
+    # in a largest-batch trial the same is the trial's result, not a failure
+    trial, out = bench(tmp_path, "trial", spec=replace(spec, kind="trial"))
+    assert trial.returncode == 0, trial.stderr
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["status"] == "too_large_for_data"
+    assert result["error"].startswith("batch_size 400 gives 1 steps")
 
 
 _EXIT = """
@@ -79,17 +104,27 @@ def test_bench_skips_teardown_only_when_no_child_process_is_left(child):
     assert ("teardown" in done.stdout) == (child == "child")
 
 
-def test_inference_refuses_accumulation_in_one_line(tmp_path):
-    out = tmp_path / "infer"
-    cmd = [sys.executable, "-m", "batchscope.bench", "--mode", "infer", "--model", "small_cnn"]
-    cmd += ["--dataset", "synthetic", "--dataset-options", json.dumps(SYNTHETIC)]
-    cmd += ["--batch-size", "8", "--num-workers", "0", "--seed", "0", "--accumulation-steps", "2"]
-    cmd += ["--output", f"{out}.json", "--steps", f"{out}.steps.csv"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert (
-        done.stderr.strip()
-        .splitlines()[-1]
-        .endswith("--accumulation-steps is a training setting: inference runs use 1")
-    )
-    assert not out.with_suffix(".json").exists()
+def test_a_spec_that_does_not_describe_a_run_is_one_line(tmp_path):
+    good = json.loads(make_spec("infer").to_json())
+    cases = {
+        "accumulating inference": {**good, "accumulation_steps": 2},
+        "unknown key": {**good, "measure": {**good["measure"], "windows": 3}},
+        "missing key": {k: v for k, v in good.items() if k != "seed"},
+    }
+    expected = {
+        "accumulating inference": "spec accumulation_steps: a training setting",
+        "unknown key": "spec.measure.windows: unknown key",
+        "missing key": "spec.seed: missing",
+    }
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.spec.json"
+        path.write_text(json.dumps(data))
+        out = tmp_path / name
+        cmd = [sys.executable, "-m", "batchscope.bench", str(path)]
+        cmd += ["--output", f"{out}.json", "--steps", f"{out}.steps.csv"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, name
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("batchscope bench: error:"), name
+        assert expected[name] in lines[0], name
+        assert not out.with_suffix(".json").exists()

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from batchscope.bench import models, runner, seeding
+from batchscope.bench import loop, models, runner, seeding
+from tests.factories import make_spec, settings
 
 CPU = torch.device("cpu")
 
@@ -19,14 +20,18 @@ def _data(n=96, value=None, seed=0):
     return TensorDataset(x, torch.randint(0, 4, (n,), generator=g))
 
 
-def _run(mode="train", batch_size=8, seed=0, data=None, **kw):
+def _run(mode="train", batch_size=8, seed=0, data=None, accumulation_steps=1, **kw):
     seeding.seed_everything(seed, deterministic=True)
     model = models.build_model("small_cnn", num_classes=4, in_channels=1)
-    cfg = runner.RunConfig(
-        mode=mode, batch_size=batch_size, num_workers=0, seed=seed, warmup_steps=2, **kw
+    spec = make_spec(
+        mode,
+        batch_size=batch_size,
+        accumulation_steps=accumulation_steps,
+        seed=seed,
+        **settings(mode, **kw),
     )
     data = data if data is not None else _data()
-    return runner.run(model, cfg, CPU, data, _data(32) if mode == "train" else None)
+    return runner.run(model, spec, CPU, data, _data(32) if mode == "train" else None)
 
 
 def test_warmup_steps_are_logged_but_not_measured():
@@ -97,21 +102,21 @@ def test_non_oom_errors_propagate():
 
 
 def test_window_stats_flags_a_noisy_series_and_not_a_steady_one():
-    steady = runner.window_stats([10] * 30, [0.010] * 30, repeats=3)
+    steady = loop.window_stats([10] * 30, [0.010] * 30, repeats=3)
     assert steady["samples_per_s"] == pytest.approx(1000.0)
     assert steady["noisy"] is False and steady["samples_per_s_iqr"] == pytest.approx(0.0)
     # the last window runs at half speed: IQR/median = 0.25 > 0.10
-    noisy = runner.window_stats([10] * 30, [0.010] * 20 + [0.020] * 10, repeats=3)
+    noisy = loop.window_stats([10] * 30, [0.010] * 20 + [0.020] * 10, repeats=3)
     assert noisy["samples_per_s"] == pytest.approx(1000.0)
     assert noisy["samples_per_s_iqr"] == pytest.approx(250.0)
     assert noisy["noisy"] is True
-    assert runner.window_stats([10] * 5, [0.01] * 5, repeats=1)["noisy"] is None
+    assert loop.window_stats([10] * 5, [0.01] * 5, repeats=1)["noisy"] is None
 
 
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_time_breakdown_accounts_for_the_step_time(mode):
     result, _ = _run(mode=mode, batch_size=32, data=_data(n=32 * 22), max_steps=20)
-    phases = runner.BREAKDOWN if mode == "train" else ("runner", "data_wait", *runner.INFER_PHASES)
+    phases = loop.BREAKDOWN if mode == "train" else ("runner", "data_wait", *loop.INFER_PHASES)
     parts = [result[f"time_{p}_ms"] for p in phases]
     assert all(p >= 0 for p in parts)
     assert sum(parts) == pytest.approx(result["step_time_ms_mean"], rel=0.05)
@@ -139,8 +144,9 @@ def test_bf16_autocast_and_channels_last_run_and_are_finite():
     assert result["status"] == "ok" and all(math.isfinite(s["loss"]) for s in steps)
 
 
-def test_compile_time_is_reported_apart_from_the_measured_steps():
-    result, _ = _run(max_steps=8, compile=True, compile_backend="eager")
+def test_compile_time_is_reported_apart_from_the_measured_steps(monkeypatch):
+    monkeypatch.setattr(runner, "COMPILE_BACKEND", "eager")  # inductor needs a compiler and time
+    result, _ = _run(max_steps=8, compile=True)
     assert result["status"] == "ok" and result["compile_s"] is not None
 
 
@@ -174,7 +180,7 @@ def test_warmup_in_epochs_is_that_many_epochs_of_updates_and_recorded():
 
 def test_validation_during_training_is_off_the_clock_and_finds_the_target():
     result, steps = _run(
-        max_steps=10, eval_every_samples=24, target_accuracy=0.0, noise_every_steps=2
+        max_steps=10, eval_every_samples=24, target_accuracy=0.0, noise_scale_every_steps=2
     )
     evaluated = [s for s in steps if s.get("val_accuracy") is not None]
     assert [s["samples_seen"] for s in evaluated] == [24, 48, 72, 80]  # every 24, and the end
@@ -187,7 +193,7 @@ def test_validation_during_training_is_off_the_clock_and_finds_the_target():
 
 
 def test_an_unreachable_target_is_reported_not_reached():
-    result, _ = _run(max_steps=6, eval_every_samples=16, target_accuracy=1.01)
+    result, _ = _run(max_steps=6, eval_every_samples=16, target_loss=1e-12)
     assert result["target_reached"] is False and result["steps_to_target"] is None
 
 
@@ -199,7 +205,7 @@ def test_stop_at_target_ends_the_run_at_the_first_evaluation_that_meets_it():
     assert result["target_reached"] is True and result["steps_to_target"] == 3
     assert result["val_accuracy"] is not None  # the full held-out split, after training
     unreached, steps = _run(
-        max_steps=6, eval_every_samples=16, target_accuracy=1.01, stop_at_target=True
+        max_steps=6, eval_every_samples=16, target_loss=1e-12, stop_at_target=True
     )
     assert unreached["stopped_early"] is False and len(steps) == 6
 

@@ -10,7 +10,9 @@ import pytest
 
 from batchscope.bench import maxbatch
 from batchscope.core import search
+from batchscope.core import spec as spec_module
 from batchscope.core.search import TrialResult
+from tests.factories import make_spec, settings, sweep_config
 
 INTERCEPT, SLOPE = 600.0, 2.5  # MB, MB per sample: what a fake device's peak memory is
 
@@ -253,49 +255,58 @@ def test_impossible_settings(kwargs):
 # --- maxbatch: the command each trial runs ---------------------------------------------------
 
 
-def _maxbatch_args(*extra):
-    options = {"synthetic": {"channels": 1, "image_size": 8, "num_classes": 2, "num_samples": 10}}
-    return maxbatch.parse_args(
-        ["--mode", "train", "--model", "small_cnn", "--dataset", "synthetic"]
-        + ["--dataset-options", json.dumps(options), "--output", "x.json", *extra]
+def test_a_trial_runs_the_sweeps_spec_at_its_size_covering_its_steps(tmp_path):
+    run = make_spec(
+        "train",
+        kind="trial",
+        batch_size=1,
+        dataset={"name": "synthetic", "channels": 1, "image_size": 8, "num_samples": 10},
+        **settings("train", precision="bf16", channels_last=True, val_batch_size=100),
     )
+    runner = maxbatch.TrialRunner(run, 2, 135.0, tmp_path)
+    trial = runner.trial_spec(64)
+    assert trial.batch_size == 64 and trial.dataset.synthetic.num_samples == 64 * 3
+    assert trial.measure.warmup_steps == 1 and trial.max_steps == 3
+    assert trial.cpu_memory_budget_mb == 135.0
+    # what the search does not set is the sweep's: precision, memory format, validation
+    assert trial.compute == run.compute and trial.train == run.train
+    cmd = runner.command(tmp_path / "bs64.spec.json", tmp_path / "bs64")
+    assert cmd[1:4] == ["-m", "batchscope.bench", str(tmp_path / "bs64.spec.json")]
+    assert cmd[cmd.index("--threads") + 1] == "2"
 
 
-def test_a_trial_command_covers_its_steps_and_passes_other_options_on(tmp_path):
-    args, forwarded = _maxbatch_args("--precision", "bf16", "--channels-last")
-    assert forwarded == ["--precision", "bf16", "--channels-last"]
-    runner = maxbatch.TrialRunner(args, forwarded, 135.0, tmp_path)
-    cmd = runner.command(64, tmp_path / "bs64")
-    value = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i].startswith("--")}
-    assert json.loads(value["--dataset-options"])["synthetic"]["num_samples"] == 64 * 3
-    assert value["--batch-size"] == "64" and value["--val-batch-size"] == "64"
-    assert value["--warmup-steps"] == "1" and value["--max-steps"] == "3"
-    assert value["--cpu-memory-budget-mb"] == "135.000"
-    assert cmd[-3:] == forwarded
-
-
-def test_maxbatch_refuses_to_pass_on_what_it_sets_per_trial(capsys):
-    with pytest.raises(SystemExit):
-        _maxbatch_args("--batch-size", "8")
-    assert "--batch-size: set per trial" in capsys.readouterr().err
+def test_the_search_spec_caps_the_search_where_the_sweep_could_still_measure():
+    config = sweep_config(
+        dataset={"name": "synthetic", "num_samples": 600}, batch_sizes="auto", num_workers=[0, 2]
+    )
+    search_spec = spec_module.build_search(config, mode="train", model="small_cnn")
+    # 600 samples, 2 warm-up steps: a batch of 200 still leaves one step to measure
+    assert search_spec.cap == 200
+    assert search_spec.run.kind == "trial" and search_spec.run.num_workers == 2
+    again = spec_module.SearchSpec.from_dict(json.loads(search_spec.to_json()))
+    assert again == search_spec
 
 
 # --- for real: every trial a bench process, the CPU allocator under a budget ----------------
 
 
 def test_maxbatch_finds_a_real_allocator_limit_on_the_cpu(tmp_path):
-    options = {
-        "synthetic": {"channels": 1, "image_size": 32, "num_classes": 10, "num_samples": 64},
-        "image_size": None,
-    }
+    config = sweep_config(
+        # 3072 samples: the cap leaves the sweep's run of the limit a step to measure (1024)
+        dataset={"name": "synthetic", "channels": 1, "image_size": 32, "num_samples": 3072},
+        batch_sizes="auto",
+        train={"val_batch_size": 64},  # trials validate as the sweep's runs do
+        cpu_memory_budget_mb=150,
+        # start at 32 and settle within 10%: each trial is a process that imports torch (~6 s),
+        # and resident-set readings on the CPU wobble by ~10 MB, which costs predictions their edge
+        maxbatch={"margin": 0.1, "start": 32, "tolerance": 0.1},
+    )
+    search_spec = spec_module.build_search(config, mode="train", model="small_cnn")
+    spec_path = tmp_path / "search.spec.json"
+    spec_path.write_text(search_spec.to_json())
     out = tmp_path / "search.json"
     trials = tmp_path / "trials"
-    cmd = [sys.executable, "-m", "batchscope.bench.maxbatch", "--mode", "train", "--model"]
-    cmd += ["small_cnn", "--dataset", "synthetic", "--dataset-options", json.dumps(options)]
-    cmd += ["--device", "cpu", "--threads", "1", "--cpu-memory-budget-mb", "150"]
-    # start at 32 and settle within 10%: each trial is a process that imports torch (~6 s), and
-    # resident-set readings on the CPU wobble by ~10 MB, which costs predictions their edge
-    cmd += ["--margin", "0.1", "--start", "32", "--tolerance", "0.1"]
+    cmd = [sys.executable, "-m", "batchscope.bench.maxbatch", str(spec_path), "--threads", "1"]
     cmd += ["--trials-dir", str(trials), "--output", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -314,6 +325,7 @@ def test_maxbatch_finds_a_real_allocator_limit_on_the_cpu(tmp_path):
         limit
     ]
     # one bench process, with its own result file, per trial
-    assert len(list(trials.glob("bs*.json"))) == len(result["trials"]) == result["trial_count"]
+    assert len(list(trials.glob("bs*[0-9].json"))) == len(result["trials"]) == result["trial_count"]
+    assert len(list(trials.glob("bs*.spec.json"))) == result["trial_count"]  # its spec
     assert all(t["returncode"] == 0 and t["process_s"] > 0 for t in result["trials"])
     assert result["device"] == "cpu" and result["summary"].startswith("largest batch")

@@ -1,10 +1,11 @@
 """Entry point: the largest batch size that fits one mode × model (``batch_sizes: auto``).
 
-    python -m batchscope.bench.maxbatch --mode train --model small_cnn --dataset fashion_mnist \\
-        --data-root resources/datasets/fashion_mnist --device auto --margin 0.1 \\
-        --cap 65536 --output results/maxbatch/train/small_cnn.json
+    python -m batchscope.bench.maxbatch specs/maxbatch/train/small_cnn.json --threads 2 \\
+        --output results/maxbatch/train/small_cnn.json
 
-Every trial is a fresh ``python -m batchscope.bench`` process (an allocator failure, a CUDA
+The search spec (``batchscope.core.spec.SearchSpec``) holds the trial's workload (the sweep's
+own run spec) and the search's settings. Every trial is a fresh ``python -m batchscope.bench``
+process on that spec with the trial's batch size (an allocator failure, a CUDA
 context in a bad state or a fragmented heap cannot carry over to the next trial) running one
 warm-up step and ``--trial-steps`` measured steps; its result JSON says ``ok`` or ``oom`` and
 its peak memory. :func:`batchscope.core.search.search` picks the sizes: doubling, then the memory
@@ -26,13 +27,11 @@ Where the memory comes from:
   ``peak_mem_mb`` does not count the CUDA context or the caching allocator's slack; the margin
   covers them.
 
-Any option this command does not know (``--precision bf16``, ``--channels-last``,
-``--optimizer adamw``, ...) is passed to every trial's bench unchanged: they change the memory.
-A trial validates (training) at its own batch size unless ``--val-batch-size`` is given.
-Synthetic data gets ``num_samples`` raised per trial to cover the trial's steps. A size larger
-than a real dataset's split allows (bench: "gives N steps") counts as a failure
-(``too_large_for_data``). Exits 0 with the result written, also when no size fits (``limit``:
-null); a trial that crashes for another reason stops the search with one line and exit 1.
+A trial validates (training) as the sweep's runs do. Synthetic data gets ``num_samples``
+raised per trial to cover the trial's steps. A size larger than a real dataset's split allows
+is the trial's own result (``too_large_for_data``) and counts as a failure. Exits 0 with the
+result written, also when no size fits (``limit``: null); a trial that crashes for another
+reason stops the search with one line and exit 1.
 """
 
 from __future__ import annotations
@@ -46,17 +45,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from batchscope.core import results, search
+from batchscope.core.spec import RunSpec, SearchSpec, SpecError
 
 _MB = 1024 * 1024
 
-#: Bench's one-line error for a batch size that leaves no step to measure.
-_NO_STEPS = "batchscope bench: error: batch_size"
+#: The status bench gives a trial whose batch leaves no step to measure (bench.job).
+TOO_LARGE_FOR_DATA = "too_large_for_data"
 
-#: Bench options each trial sets itself; passing them on would override the search's choice.
-_SET_PER_TRIAL = ("--batch-size", "--max-steps", "--warmup-steps", "--output", "--steps")
+#: How each trial runs: warm-up steps, then measured steps (memory peaks in the first step;
+#: the second shows it holds), and the search's own bounds.
+TRIAL_WARMUP_STEPS = 1
+TRIAL_STEPS = 2
+MAX_TRIALS = 40
+TRIAL_TIMEOUT_S = 1800.0
 
 #: Result keys of a trial worth keeping beside the search's own record.
 _TRIAL_KEYS = (
@@ -92,86 +97,44 @@ class MaxBatchError(RuntimeError):
     """A trial or the device query failed for a reason other than memory; one line."""
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m batchscope.bench.maxbatch",
-        description=__doc__.split("\n")[0],
-        epilog="Other options are passed to every trial's `python -m batchscope.bench`.",
-        allow_abbrev=False,  # an abbreviation must not swallow one of bench's options
+        prog="python -m batchscope.bench.maxbatch", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--mode", choices=("train", "infer"), required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--dataset-options", default="{}", help="JSON, as bench takes it")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per trial")
+    p.add_argument("spec", help="the search spec (JSON, batchscope.core.spec.SearchSpec)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per trial")
-    p.add_argument("--val-batch-size", type=int, default=None, help="default: the trial's size")
-    p.add_argument("--capacity-mb", type=float, default=None, help="GPU: default its total")
-    p.add_argument("--cpu-memory-budget-mb", type=float, default=None, help="CPU: the limit")
-    p.add_argument("--margin", type=float, default=0.1, help="share of the memory kept free")
-    p.add_argument("--cap", type=int, default=65536, help="largest batch size to try")
-    p.add_argument("--start", type=int, default=1, help="first batch size to try")
-    p.add_argument("--tolerance", type=float, default=0.05, help="relative, on the limit")
-    p.add_argument("--trial-steps", type=int, default=2, help="measured steps per trial")
-    p.add_argument("--trial-warmup-steps", type=int, default=1)
-    p.add_argument("--max-trials", type=int, default=40)
-    p.add_argument("--trial-timeout", type=float, default=1800.0, help="seconds per trial")
     p.add_argument("--trials-dir", default=None, help="keep each trial's files here")
     p.add_argument("--output", required=True, help="the search's result JSON")
-    args, forwarded = p.parse_known_args(argv)
-    taken = [arg for arg in forwarded if arg.split("=", 1)[0] in _SET_PER_TRIAL]
-    if taken:
-        p.error(f"{', '.join(taken)}: set per trial by maxbatch, not passed on to bench")
-    if args.start < 1 or args.cap < args.start:
-        p.error("need 1 <= --start <= --cap")
-    if not 0.0 <= args.margin < 1.0:
-        p.error("--margin must be in [0, 1)")
-    if not 0.0 < args.tolerance < 1.0:
-        p.error("--tolerance must be in (0, 1)")
-    if args.trial_steps < 1 or args.trial_warmup_steps < 0 or args.max_trials < 1:
-        p.error("--trial-steps and --max-trials must be at least 1, --trial-warmup-steps >= 0")
-    for name in ("capacity_mb", "cpu_memory_budget_mb"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            p.error(f"--{name.replace('_', '-')} must be positive")
-    try:
-        options = json.loads(args.dataset_options)
-    except json.JSONDecodeError as exc:
-        p.error(f"--dataset-options is not JSON: {exc}")
-    if not isinstance(options, dict):
-        p.error("--dataset-options must be a JSON object")
-    return args, forwarded
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, forwarded = parse_args(argv)
+    args = parse_args(argv)
     try:
-        return _maxbatch(args, forwarded)
-    except (MaxBatchError, search.SearchError) as exc:
+        return _maxbatch(SearchSpec.read(args.spec), args)
+    except (MaxBatchError, search.SearchError, SpecError) as exc:
         print(f"batchscope maxbatch: error: {exc}", file=sys.stderr)
         return 1
 
 
-def _maxbatch(args: argparse.Namespace, forwarded: list[str]) -> int:
+def _maxbatch(spec: SearchSpec, args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    memory = _memory_limits(args)
-    log = f"batchscope maxbatch: {args.mode} {args.model} on {args.dataset}, {memory['note']}"
+    run = spec.run
+    memory = _memory_limits(spec)
+    log = f"batchscope maxbatch: {run.mode} {run.model} on {run.dataset.name}, {memory['note']}"
     print(log, file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="batchscope-maxbatch-") as scratch:
         workdir = Path(args.trials_dir) if args.trials_dir else Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
-        runner = TrialRunner(args, forwarded, memory["trial_budget_mb"], workdir)
+        runner = TrialRunner(run, args.threads, memory["trial_budget_mb"], workdir)
         found = search.search(
             runner,
-            start=args.start,
-            cap=args.cap,
+            start=spec.start,
+            cap=spec.cap,
             capacity_mb=memory["capacity_mb"],
-            margin=args.margin,
-            tolerance=args.tolerance,
-            max_trials=args.max_trials,
+            margin=spec.margin,
+            tolerance=spec.tolerance,
+            max_trials=MAX_TRIALS,
             on_trial=_print_trial,
         )
     summary = f"{found.summary} ({memory['note']})"
@@ -179,9 +142,9 @@ def _maxbatch(args: argparse.Namespace, forwarded: list[str]) -> int:
     first = runner.first_result or {}
     out = {
         "schema_version": results.SCHEMA_VERSION,
-        "mode": args.mode,
-        "model": args.model,
-        "dataset": args.dataset,
+        "mode": run.mode,
+        "model": run.model,
+        "dataset": run.dataset.name,
         "device": first.get("device", memory["device"]),
         "device_name": first.get("device_name"),
         **found.to_dict(),
@@ -190,7 +153,7 @@ def _maxbatch(args: argparse.Namespace, forwarded: list[str]) -> int:
         "capacity_source": memory["source"],
         "cpu_memory_budget_mb": memory["cpu_budget_mb"],
         "trial_cpu_memory_budget_mb": memory["trial_budget_mb"],
-        "trial_command": runner.command("{batch_size}", Path("{trial}")),
+        "trial_command": runner.command("{trial}.spec.json", Path("{trial}")),
         "env_fingerprint": first.get("env_fingerprint"),
         "torch_version": first.get("torch_version"),
         "wall_s": time.perf_counter() - started,
@@ -213,22 +176,23 @@ def _print_trial(trial: search.Trial) -> None:
 # --- where the limit comes from -----------------------------------------------------------
 
 
-def _memory_limits(args: argparse.Namespace) -> dict:
+def _memory_limits(spec: SearchSpec) -> dict:
     """Device, capacity for the search, and the budget each CPU trial runs under."""
-    device = "cpu" if args.device == "cpu" else None
+    requested = spec.run.device
+    device = "cpu" if requested == "cpu" else None
     total_mb = None
-    if device is None and (args.device == "auto" or args.capacity_mb is None):
-        device, total_mb = _query_device(args.device)
+    if device is None and (requested == "auto" or spec.capacity_mb is None):
+        device, total_mb = _query_device(requested)
     elif device is None:
-        device = args.device
+        device = requested
     if device == "cpu":
-        if args.cpu_memory_budget_mb is not None:
-            budget, source = args.cpu_memory_budget_mb, "cpu_memory_budget_mb"
+        if spec.run.cpu_memory_budget_mb is not None:
+            budget, source = spec.run.cpu_memory_budget_mb, "cpu_memory_budget_mb"
         else:
             import psutil
 
             budget, source = psutil.virtual_memory().available / _MB, "available RAM"
-        trial_budget = (1.0 - args.margin) * budget
+        trial_budget = (1.0 - spec.margin) * budget
         return {
             "device": device,
             "capacity_mb": None,
@@ -237,10 +201,10 @@ def _memory_limits(args: argparse.Namespace) -> dict:
             "source": source,
             "note": (
                 f"cpu, trials under {trial_budget:.0f} MB ({budget:.0f} MB {source}"
-                f" less a {args.margin:.0%} margin)"
+                f" less a {spec.margin:.0%} margin)"
             ),
         }
-    capacity, source = args.capacity_mb, "capacity_mb"
+    capacity, source = spec.capacity_mb, "capacity_mb"
     if capacity is None:
         capacity, source = total_mb, f"{device} total memory"
     if capacity is None:
@@ -251,7 +215,7 @@ def _memory_limits(args: argparse.Namespace) -> dict:
         "cpu_budget_mb": None,
         "trial_budget_mb": None,
         "source": source,
-        "note": f"{device}, peak at most {1 - args.margin:.0%} of {capacity:.0f} MB ({source})",
+        "note": f"{device}, peak at most {1 - spec.margin:.0%} of {capacity:.0f} MB ({source})",
     }
 
 
@@ -274,61 +238,61 @@ def _query_device(requested: str) -> tuple[str, float | None]:
 
 
 class TrialRunner:
-    """``runner(batch_size) -> search.TrialResult``: one bench process per call."""
+    """``runner(batch_size) -> search.TrialResult``: one bench process per call, on the sweep's
+    run spec with the trial's batch size and length."""
 
     def __init__(
-        self,
-        args: argparse.Namespace,
-        forwarded: list[str],
-        trial_budget_mb: float | None,
-        workdir: Path,
+        self, run: RunSpec, threads: int | None, trial_budget_mb: float | None, workdir: Path
     ) -> None:
-        self.args = args
-        self.forwarded = forwarded
+        self.run = run
+        self.threads = threads
         self.trial_budget_mb = trial_budget_mb
         self.workdir = workdir
         self.extras: dict[int, dict] = {}  # batch size -> bench's own fields worth keeping
         self.first_result: dict | None = None
 
-    def command(self, batch_size: int | str, stem: Path) -> list[str]:
-        a = self.args
-        steps = a.trial_warmup_steps + a.trial_steps
-        options = json.loads(a.dataset_options)
-        synthetic = options.get("synthetic")
-        if a.dataset == "synthetic" and isinstance(synthetic, dict) and isinstance(batch_size, int):
-            # enough samples for every step; the pool of distinct images stays as it is
-            needed = batch_size * steps
-            options["synthetic"] = {
-                **synthetic,
-                "num_samples": max(synthetic.get("num_samples", 0), needed),
-            }
-        cmd = [sys.executable, "-m", "batchscope.bench", "--mode", a.mode, "--model", a.model]
-        cmd += ["--dataset", a.dataset, "--dataset-options", json.dumps(options)]
-        if a.data_root is not None:
-            cmd += ["--data-root", a.data_root]
-        cmd += ["--device", a.device, "--seed", str(a.seed), "--num-workers", str(a.num_workers)]
-        if a.threads is not None:
-            cmd += ["--threads", str(a.threads)]
-        cmd += ["--batch-size", str(batch_size)]
-        cmd += ["--warmup-steps", str(a.trial_warmup_steps), "--max-steps", str(steps)]
-        cmd += ["--val-batch-size", str(a.val_batch_size or batch_size)]
-        if self.trial_budget_mb is not None:
-            cmd += ["--cpu-memory-budget-mb", f"{self.trial_budget_mb:.3f}"]
-        cmd += ["--output", f"{stem}.json", "--steps", f"{stem}.steps.csv"]
-        return cmd + self.forwarded
+    def trial_spec(self, batch_size: int) -> RunSpec:
+        """The sweep's spec at ``batch_size``, one warm-up and two measured steps, under the
+        trial's memory budget (synthetic data grown to cover every step)."""
+        steps = TRIAL_WARMUP_STEPS + TRIAL_STEPS
+        dataset = self.run.dataset
+        if dataset.synthetic is not None:
+            needed = batch_size * self.run.accumulation_steps * steps
+            grown = max(dataset.synthetic.num_samples, needed)
+            dataset = replace(dataset, synthetic=replace(dataset.synthetic, num_samples=grown))
+        measure = replace(
+            self.run.measure, warmup_steps=TRIAL_WARMUP_STEPS, min_steps=0, min_seconds=0.0
+        )
+        budget = self.trial_budget_mb
+        return replace(
+            self.run,
+            batch_size=batch_size,
+            max_steps=steps,
+            measure=measure,
+            dataset=dataset,
+            cpu_memory_budget_mb=None if budget is None else round(budget, 3),
+        )
+
+    def command(self, spec_path: str | Path, stem: Path) -> list[str]:
+        cmd = [sys.executable, "-m", "batchscope.bench", str(spec_path)]
+        if self.threads is not None:
+            cmd += ["--threads", str(self.threads)]
+        return cmd + ["--output", f"{stem}.json", "--steps", f"{stem}.steps.csv"]
 
     def __call__(self, batch_size: int) -> search.TrialResult:
         stem = self.workdir / f"bs{batch_size}"
-        cmd = self.command(batch_size, stem)
-        env = {**os.environ, "PYTHONHASHSEED": str(self.args.seed)}
+        spec_path = Path(f"{stem}.spec.json")
+        results.write_text(spec_path, self.trial_spec(batch_size).to_json())
+        cmd = self.command(spec_path, stem)
+        env = {**os.environ, "PYTHONHASHSEED": str(self.run.seed)}
         t0 = time.perf_counter()
         try:
             done = subprocess.run(
-                cmd, capture_output=True, text=True, env=env, timeout=self.args.trial_timeout
+                cmd, capture_output=True, text=True, env=env, timeout=TRIAL_TIMEOUT_S
             )
         except subprocess.TimeoutExpired as exc:
             raise MaxBatchError(
-                f"batch {batch_size}: trial ran past {self.args.trial_timeout:.0f} s"
+                f"batch {batch_size}: trial ran past {TRIAL_TIMEOUT_S:.0f} s"
             ) from exc
         process_s = time.perf_counter() - t0
         results.write_text(f"{stem}.log", shlex.join(cmd) + "\n" + done.stderr)
@@ -337,10 +301,13 @@ class TrialRunner:
         if done.returncode != 0:
             return self._crashed(batch_size, done, extras)
         result = results.read_json(f"{stem}.json")
+        extras["bench_status"] = status = result["status"]
+        if status == TOO_LARGE_FOR_DATA:
+            extras["error"] = result["error"]
+            return search.TrialResult(False, None, TOO_LARGE_FOR_DATA)
         if self.first_result is None:
             self.first_result = result
         extras.update({key: result.get(key) for key in _TRIAL_KEYS})
-        extras["bench_status"] = status = result["status"]
         peak = result.get("peak_mem_mb")
         if status == "oom":
             return search.TrialResult(False, peak, "oom")
@@ -348,13 +315,10 @@ class TrialRunner:
         return search.TrialResult(True, peak, status)
 
     def _crashed(self, batch_size: int, done, extras: dict) -> search.TrialResult:
-        lines = done.stderr.strip().splitlines()
-        if any(line.startswith(_NO_STEPS) for line in lines):
-            extras["error"] = next(line for line in lines if line.startswith(_NO_STEPS))
-            return search.TrialResult(False, None, "too_large_for_data")
         if done.returncode == -signal.SIGKILL:  # the kernel's OOM killer, most likely
             extras["error"] = "killed (SIGKILL)"
             return search.TrialResult(False, None, "killed")
+        lines = done.stderr.strip().splitlines()
         tail = lines[-1] if lines else "no output"
         raise MaxBatchError(f"batch {batch_size}: bench exited {done.returncode}: {tail}")
 

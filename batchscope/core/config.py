@@ -7,6 +7,7 @@ contract; :func:`check` adds the few rules a schema cannot say.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +44,36 @@ def _message(error: jsonschema.ValidationError) -> str:
 def load_schema(path: str | os.PathLike) -> dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle)
+
+
+def with_defaults(config: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with every key it leaves out set to the schema's default, nested
+    sections included (as Snakemake's ``validate`` fills them in the workflow)."""
+    return _fill(copy.deepcopy(dict(config)), schema, schema)
+
+
+def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``node``, or what its local ``$ref`` (``#/$defs/...``) points to, merged under it."""
+    ref = node.get("$ref")
+    if not ref:
+        return node
+    target: Any = root
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[part]
+    return {**_resolve(target, root), **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def _fill(value: Any, node: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
+    node = _resolve(node, root)
+    if not isinstance(value, dict):
+        return value
+    for name, child in node.get("properties", {}).items():
+        child = _resolve(child, root)
+        if name not in value and "default" in child:
+            value[name] = copy.deepcopy(child["default"])
+        if name in value:
+            value[name] = _fill(value[name], child, root)
+    return value
 
 
 def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:

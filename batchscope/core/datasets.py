@@ -22,6 +22,9 @@ SHAPES = {
     "imagefolder": {"channels": 3, "image_size": IMAGEFOLDER_DEFAULT_SIZE, "num_classes": 10},
 }
 
+#: Samples a ceiling run's synthetic twin has where the split's size is not known beforehand.
+UNKNOWN_SPLIT_SAMPLES = 10000
+
 #: Samples in the split each mode reads, where known before any job runs.
 SPLIT_SAMPLES = {
     "fashion_mnist": {"train": 60000, "infer": 10000},

@@ -1,52 +1,49 @@
 # Stage 3: one benchmark job per mode x model x batch size x accumulation x workers x seed.
+# Each job reads its whole run spec from one JSON file (batchscope.core.spec), written by a
+# spec rule below whose params are the spec's text: change a setting and only the jobs whose
+# spec it changes run again.
 
 
 rule bench:
     input:
+        spec=paths.spec_of(RUN),
         # ancient: re-verifying the dataset must not re-run finished benchmarks
         data=ancient(dataset_dir()),
     output:
         result=f"{RUN}.json",
         steps=f"{RUN}.steps.csv",
     log:
-        f"logs/bench/{RUN.removeprefix('results/runs/')}.log",
+        paths.log_of(RUN),
     benchmark:
-        f"benchmarks/bench/{RUN.removeprefix('results/runs/')}.tsv"
+        paths.log_of(RUN, "benchmarks")
     conda:
         "../envs/torch.yaml"
     threads: all_cores
     resources:
         bench_slot=1,
-    params:
-        options=bench_options,
     shell:
-        "PYTHONHASHSEED={wildcards.seed} python -m batchscope.bench"
-        " --mode {wildcards.mode} --model {wildcards.model}"
-        " --batch-size {wildcards.batch_size} --num-workers {wildcards.num_workers}"
-        " --accumulation-steps {wildcards.accumulation_steps}"
-        " --seed {wildcards.seed} --threads {threads} {params.options}"
-        " --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
+        "PYTHONHASHSEED={wildcards.seed} python -m batchscope.bench {input.spec:q}"
+        " --threads {threads} --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
 
 
 # The compute-only ceiling of each mode x model x batch size: synthetic tensors, no workers.
 rule ceiling:
+    input:
+        spec=paths.spec_of(CEILING),
     output:
         result=f"{CEILING}.json",
         steps=f"{CEILING}.steps.csv",
     log:
-        f"logs/ceiling/{CEILING.removeprefix('results/ceiling/')}.log",
+        paths.log_of(CEILING),
     benchmark:
-        f"benchmarks/ceiling/{CEILING.removeprefix('results/ceiling/')}.tsv"
+        paths.log_of(CEILING, "benchmarks")
     conda:
         "../envs/torch.yaml"
     threads: all_cores
     resources:
         bench_slot=1,
-    params:
-        options=ceiling_options,
     shell:
-        "python -m batchscope.bench --mode {wildcards.mode} --model {wildcards.model}"
-        " --batch-size {wildcards.batch_size} --threads {threads} {params.options}"
+        "python -m batchscope.bench {input.spec:q} --threads {threads}"
         " --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
 
 
@@ -54,22 +51,57 @@ rule ceiling:
 # run in a fresh process; its grid (powers of two up to the limit, plus the limit) is the sweep's.
 checkpoint max_batch:
     input:
+        spec=paths.spec_of(MAXBATCH),
         data=ancient(dataset_dir()),
     output:
         search=MAXBATCH,
         trials=directory("results/maxbatch/{mode}/{model}.trials"),
     log:
-        "logs/maxbatch/{mode}/{model}.log",
+        paths.log_of(MAXBATCH),
     benchmark:
-        "benchmarks/maxbatch/{mode}/{model}.tsv"
+        paths.log_of(MAXBATCH, "benchmarks")
     conda:
         "../envs/torch.yaml"
     threads: all_cores
     resources:
         bench_slot=1,
-    params:
-        options=maxbatch_options,
     shell:
-        "python -m batchscope.bench.maxbatch --mode {wildcards.mode} --model {wildcards.model}"
-        " --seed 0 --threads {threads} {params.options} --trials-dir {output.trials:q}"
-        " --output {output.search:q} > {log:q} 2>&1"
+        "python -m batchscope.bench.maxbatch {input.spec:q} --threads {threads}"
+        " --trials-dir {output.trials:q} --output {output.search:q} > {log:q} 2>&1"
+
+
+# The specs: written by the workflow's own process (no job environment needed).
+rule run_spec:
+    output:
+        paths.spec_of(RUN),
+    log:
+        paths.log_of(paths.spec_of(RUN)),
+    localrule: True
+    params:
+        spec=bench_spec_text,
+    run:
+        write_spec(output[0], log[0], params.spec)
+
+
+rule ceiling_spec:
+    output:
+        paths.spec_of(CEILING),
+    log:
+        paths.log_of(paths.spec_of(CEILING)),
+    localrule: True
+    params:
+        spec=ceiling_spec_text,
+    run:
+        write_spec(output[0], log[0], params.spec)
+
+
+rule search_spec:
+    output:
+        paths.spec_of(MAXBATCH),
+    log:
+        paths.log_of(paths.spec_of(MAXBATCH)),
+    localrule: True
+    params:
+        spec=search_spec_text,
+    run:
+        write_spec(output[0], log[0], params.spec)

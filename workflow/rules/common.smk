@@ -1,8 +1,35 @@
 # Config checking and the helpers the rules use. Nothing here imports torch.
+import hashlib
+import importlib.util
 import json
 import shlex
 
+from snakemake.settings.types import DeploymentMethod
+
+from batchscope.core import paths, results, spec
 from batchscope.core.config import ConfigError, check, load_schema
+
+
+def job_path_prefix(interpreter):
+    """`export PATH=...;` putting the folder of ``interpreter`` first, so that a job's `python`
+    is this one; exits with one line when that `python` is another or cannot import torch.
+    """
+    folder = os.path.dirname(interpreter)
+    python = os.path.join(folder, "python")
+    if not os.path.exists(python) or os.path.realpath(python) != os.path.realpath(
+        interpreter
+    ):
+        sys.exit(
+            f"batchscope: jobs run `python`, and {folder} has no `python` that is {interpreter}:"
+            " run snakemake from a virtual environment (make run), or add --use-conda"
+        )
+    if importlib.util.find_spec("torch") is None:
+        sys.exit(
+            f"batchscope: {interpreter} cannot import torch, which the benchmark jobs need:"
+            " run the snakemake of the project's venv (make run), or add --use-conda"
+        )
+    return f"export PATH={shlex.quote(folder)}:$PATH; "
+
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 
@@ -13,11 +40,17 @@ except ConfigError as error:
     sys.exit(f"batchscope: {error}")
 validate(config, SCHEMA)
 
-# Jobs run `python -m batchscope.<stage>` from this checkout, in the project's venv or a rule's
-# conda env alike. (Braces are doubled twice: once for this f-string, once for Snakemake.)
+# Jobs run `python -m batchscope.<stage>` from this checkout: with --use-conda the rule's env's
+# python; otherwise the interpreter this workflow runs in, whatever PATH says (a venv's
+# snakemake started without activating the venv still runs its jobs in the venv).
+USE_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+JOB_PATH = "" if USE_CONDA else job_path_prefix(sys.executable)
+
+# (Braces are doubled twice: once for this f-string, once for Snakemake.)
 shell.prefix(
     "set -euo pipefail; "
     f"export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+    + JOB_PATH
 )
 
 
@@ -39,7 +72,8 @@ resource_scopes:
 
 
 DATASET = config["dataset"]["name"]
-RUN = "results/runs/{mode}/{model}/bs{batch_size}_acc{accumulation_steps}_nw{num_workers}_seed{seed}"
+RUN = paths.RUN
+CEILING = paths.CEILING
 PLOTS = [
     "throughput",
     "peak_memory",
@@ -51,7 +85,7 @@ PLOTS = [
 
 
 AUTO = config["batch_sizes"] == "auto"
-MAXBATCH = "results/maxbatch/{mode}/{model}.json"
+MAXBATCH = paths.MAXBATCH
 
 
 def batch_sizes(mode, model):
@@ -87,15 +121,6 @@ def grid_stems():
     ]
 
 
-CEILING = "results/ceiling/{mode}/{model}/bs{batch_size}"
-# Shape of each dataset's images and its classes: the synthetic twin a ceiling run computes on.
-DATASET_SHAPES = {
-    "fashion_mnist": {"channels": 1, "image_size": 28, "num_classes": 10},
-    "cifar10": {"channels": 3, "image_size": 32, "num_classes": 10},
-    "imagefolder": {"channels": 3, "image_size": 64, "num_classes": 10},
-}
-
-
 def ceiling_wanted():
     return config["measure"]["ceiling"] and DATASET != "synthetic"
 
@@ -114,39 +139,6 @@ def ceiling_results(wildcards=None):
             CEILING, mode=mode, model=model, batch_size=batch_sizes(mode, model)
         )
     ]
-
-
-def ceiling_options(wildcards):
-    shape = dict(DATASET_SHAPES[DATASET])
-    if config["dataset"].get("image_size"):
-        shape["image_size"] = config["dataset"]["image_size"]
-    samples = SPLIT_SAMPLES.get(DATASET, {}).get(wildcards.mode, 10000)
-    synthetic = {**shape, "num_samples": samples}
-    measure = config["measure"]
-    args = [
-        "--dataset", "synthetic",
-        "--dataset-options", json.dumps({"synthetic": synthetic}, sort_keys=True),
-        "--device", config["device"],
-        "--precision", config["compute"]["precision"],
-        "--channels-last" if config["compute"]["channels_last"] else "--no-channels-last",
-        "--compile" if config["compute"]["compile"] else "--no-compile",
-        "--deterministic" if config["deterministic"] else "--no-deterministic",
-        "--num-workers", 0,
-        "--seed", config["seeds"][0],
-        "--no-validate",
-        "--warmup-steps", measure["warmup_steps"],
-        "--repeats", measure["repeats"],
-        "--min-steps", measure["min_steps"],
-        "--min-seconds", measure["min_seconds"],
-    ]  # fmt: skip
-    if config[wildcards.mode].get("max_steps") is not None:
-        args += ["--max-steps", config[wildcards.mode]["max_steps"]]
-    if wildcards.mode == "train":
-        train = config["train"]
-        args += ["--epochs", train["epochs"], "--optimizer", train["optimizer"]]
-        args += ["--lr", train["lr"], "--momentum", train["momentum"]]
-        args += ["--weight-decay", train["weight_decay"]]
-    return shlex.join(str(a) for a in args)
 
 
 def grid_results(wildcards=None):
@@ -219,7 +211,7 @@ def plot_dir(wildcards, output):
 
 def dataset_dir():
     """The prepared dataset folder, or nothing for synthetic data (made in each job)."""
-    return [] if DATASET == "synthetic" else f"resources/datasets/{DATASET}"
+    return [] if DATASET == "synthetic" else paths.DATASET_DIR.format(dataset=DATASET)
 
 
 def download_options(wildcards):
@@ -232,129 +224,46 @@ def download_options(wildcards):
     return shlex.join(args)
 
 
-def dataset_options():
-    """Image size and synthetic sizes, as the JSON the benchmark job reads."""
-    cfg = config["dataset"]
-    options = {"image_size": cfg.get("image_size")}
-    if DATASET == "synthetic":
-        options["synthetic"] = {
-            "channels": cfg["channels"],
-            "image_size": cfg.get("image_size") or 32,
-            "num_classes": cfg["num_classes"],
-            "num_samples": cfg["num_samples"],
-        }
-    return json.dumps(options, sort_keys=True)
+# --- run specs: each job reads its settings whole from one JSON file (batchscope.core.spec) ---
+# The spec's text is the rule's `params`, so a changed setting reruns the spec rule and with it
+# the jobs that read it; a setting no job uses changes nothing.
 
 
-def workload_options(mode):
-    """What a job needs to build the same workload as the sweep: data, model settings, loader."""
-    train, loader = config["train"], config["loader"]
-    args = [
-        "--dataset", DATASET,
-        "--dataset-options", dataset_options(),
-        "--device", config["device"],
-        "--precision", config["compute"]["precision"],
-        "--channels-last" if config["compute"]["channels_last"] else "--no-channels-last",
-        "--compile" if config["compute"]["compile"] else "--no-compile",
-        "--prefetch-factor", loader["prefetch_factor"],
-        "--pin-memory" if loader["pin_memory"] else "--no-pin-memory",
-        "--non-blocking" if loader["non_blocking"] else "--no-non-blocking",
-        "--persistent-workers" if loader["persistent_workers"] else "--no-persistent-workers",
-        "--deterministic" if config["deterministic"] else "--no-deterministic",
-    ]  # fmt: skip
-    if DATASET != "synthetic":
-        args += ["--data-root", f"resources/datasets/{DATASET}"]
-    if mode == "train":
-        args += [
-            "--optimizer", train["optimizer"],
-            "--lr", train["lr"],
-            "--momentum", train["momentum"],
-            "--weight-decay", train["weight_decay"],
-        ]  # fmt: skip
-    return args
+def write_spec(path, log, text):
+    """Write a job's spec, and its hash to the rule's log."""
+    results.write_text(path, text)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    results.write_text(log, f"batchscope: wrote {path} (sha256 {digest})\n")
 
 
-def bench_options(wildcards):
-    """Everything a benchmark job takes from the config, as command-line options."""
-    measure = config["measure"]
-    args = workload_options(wildcards.mode) + [
-        "--warmup-steps", measure["warmup_steps"],
-        "--repeats", measure["repeats"],
-        "--min-steps", measure["min_steps"],
-        "--min-seconds", measure["min_seconds"],
-    ]  # fmt: skip
-    if config[wildcards.mode].get("max_steps") is not None:
-        args += ["--max-steps", config[wildcards.mode]["max_steps"]]
-    if wildcards.mode == "train":
-        args += convergence_options()
-    if measure["peak_tflops"] is not None:
-        args += ["--peak-tflops", measure["peak_tflops"]]
-    if config.get("cpu_memory_budget_mb") is not None:
-        args += ["--cpu-memory-budget-mb", config["cpu_memory_budget_mb"]]
-    return shlex.join(str(a) for a in args)
+def bench_spec_text(wildcards):
+    """The spec of one grid point's benchmark job."""
+    return spec.build(
+        config,
+        mode=wildcards.mode,
+        model=wildcards.model,
+        batch_size=wildcards.batch_size,
+        accumulation_steps=wildcards.accumulation_steps,
+        num_workers=wildcards.num_workers,
+        seed=wildcards.seed,
+    ).to_json()
 
 
-def convergence_options():
-    """Training length, learning-rate rule, validation during training, noise scale."""
-    train = config["train"]
-    args = [
-        "--epochs", train["epochs"],
-        "--val-batch-size", train["val_batch_size"],
-        "--lr-scaling", train["lr_scaling"],
-        "--lr-warmup-steps", train["lr_warmup_steps"],
-        "--lr-decay", train["lr_decay"],
-    ]  # fmt: skip
-    optional = {
-        "--base-batch-size": train.get("base_batch_size"),
-        "--eval-every-samples": train.get("eval_every_samples"),
-        "--lr-warmup-epochs": train.get("lr_warmup_epochs"),
-        "--target-accuracy": train.get("target_accuracy"),
-        "--target-loss": train.get("target_loss"),
-        "--noise-every-steps": train.get("noise_scale_every_steps"),
-        "--eval-samples": train.get("eval_samples"),
-    }
-    for flag, value in optional.items():
-        if value is not None:
-            args += [flag, value]
-    if train.get("stop_at_target"):
-        args.append("--stop-at-target")
-    return args
+def ceiling_spec_text(wildcards):
+    """The spec of a compute-only ceiling run: no workers, the first seed."""
+    return spec.build(
+        config,
+        kind="ceiling",
+        mode=wildcards.mode,
+        model=wildcards.model,
+        batch_size=wildcards.batch_size,
+        num_workers=0,
+        seed=config["seeds"][0],
+    ).to_json()
 
 
-# Samples in the split each mode reads, where known before any job runs.
-SPLIT_SAMPLES = {
-    "fashion_mnist": {"train": 60000, "infer": 10000},
-    "cifar10": {"train": 50000, "infer": 10000},
-}
-
-
-def maxbatch_cap(mode):
-    """The search's cap: the configured one, and no batch so large that the sweep's own run of
-    that size would have no step left to measure after its warm-up."""
-    cap = config["maxbatch"]["cap"]
-    if DATASET == "synthetic":
-        samples = config["dataset"]["num_samples"]
-    else:
-        samples = SPLIT_SAMPLES.get(DATASET, {}).get(mode)
-    if samples is not None:
-        cap = min(cap, samples // (config["measure"]["warmup_steps"] + 1))
-    return max(cap, 1)
-
-
-def maxbatch_options(wildcards):
-    """The largest-batch search: each trial is the sweep's workload, one small run apiece."""
-    search = config["maxbatch"]
-    args = workload_options(wildcards.mode) + [
-        "--margin", search["margin"],
-        "--cap", maxbatch_cap(wildcards.mode),
-        "--start", search["start"],
-        "--tolerance", search["tolerance"],
-        "--num-workers", max(config["num_workers"]),
-    ]  # fmt: skip
-    if wildcards.mode == "train":  # the sweep validates after training: so must a trial
-        args += ["--val-batch-size", config["train"]["val_batch_size"]]
-    if search["capacity_mb"] is not None:
-        args += ["--capacity-mb", search["capacity_mb"]]
-    if config.get("cpu_memory_budget_mb") is not None:
-        args += ["--cpu-memory-budget-mb", config["cpu_memory_budget_mb"]]
-    return shlex.join(str(a) for a in args)
+def search_spec_text(wildcards):
+    """The spec of a largest-batch search: the trial's workload and the search's settings."""
+    return spec.build_search(
+        config, mode=wildcards.mode, model=wildcards.model
+    ).to_json()

@@ -3,7 +3,7 @@
 
 rule download_dataset:
     output:
-        directory("resources/datasets/{dataset}"),
+        directory(paths.DATASET_DIR),
     log:
         "logs/download/{dataset}.log",
     benchmark:

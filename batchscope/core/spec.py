@@ -1,0 +1,367 @@
+"""The run spec: everything one benchmark process needs to measure one grid point.
+
+A :class:`RunSpec` is built once, by :func:`build`, from the validated config (whose defaults
+the schema filled) and the job's grid point; the workflow writes it as JSON and the benchmark
+process (``python -m batchscope.bench SPEC.json``) reads it whole. Its sections mirror the
+config's (``dataset``, ``measure``, ``compute``, ``loader``, ``train``), and no field has a
+default: a setting's default lives in ``workflow/schemas/config.schema.yaml`` only.
+
+Adding a setting means: its schema entry, its field here (and in :func:`build` if it is not in
+a section that is copied whole), and the code that uses it.
+
+``batch_size`` is always the micro-batch, the samples of one forward pass;
+``effective_batch_size`` is the samples of one optimizer update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from batchscope.core import datasets, paths
+
+#: What a job measures: a grid point, the compute-only ceiling of one, or one trial of the
+#: largest-batch search.
+KINDS = ("bench", "ceiling", "trial")
+
+#: Bumped when a field changes meaning; a spec of another version is refused.
+SPEC_VERSION = 1
+
+
+class SpecError(ValueError):
+    """A spec file or mapping that does not describe a run; the message is one line."""
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Deterministic random images (``dataset: synthetic``, and every ceiling run)."""
+
+    channels: int
+    image_size: int
+    num_classes: int
+    num_samples: int
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    #: the prepared folder (``download_dataset``'s output); None for synthetic data
+    root: str | None
+    #: resize to this side (None keeps the dataset's own)
+    image_size: int | None
+    synthetic: SyntheticSpec | None
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    warmup_steps: int
+    repeats: int
+    min_steps: int
+    min_seconds: float
+    peak_tflops: float | None
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    precision: str
+    channels_last: bool
+    compile: bool
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    pin_memory: bool
+    non_blocking: bool
+    prefetch_factor: int
+    persistent_workers: bool
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    epochs: int
+    optimizer: str
+    lr: float
+    momentum: float
+    weight_decay: float
+    val_batch_size: int
+    lr_scaling: str
+    base_batch_size: int | None
+    lr_warmup_steps: int
+    lr_warmup_epochs: float | None
+    lr_decay: str
+    eval_every_samples: int | None
+    target_accuracy: float | None
+    target_loss: float | None
+    noise_scale_every_steps: int | None
+    eval_samples: int | None
+    stop_at_target: bool
+    #: validate on the held-out split after training (off for ceiling runs)
+    validate: bool
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    kind: str
+    mode: str
+    model: str
+    batch_size: int
+    accumulation_steps: int
+    num_workers: int
+    seed: int
+    device: str
+    deterministic: bool
+    #: cap on the run's steps, warm-up included (the mode's ``max_steps``)
+    max_steps: int | None
+    cpu_memory_budget_mb: float | None
+    dataset: DatasetSpec
+    measure: MeasureSpec
+    compute: ComputeSpec
+    loader: LoaderSpec
+    #: training settings; None for inference
+    train: TrainSpec | None
+    spec_version: int = field(default=SPEC_VERSION)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise SpecError(f"spec kind {self.kind!r}: expected one of {', '.join(KINDS)}")
+        if self.mode not in ("train", "infer"):
+            raise SpecError(f"spec mode {self.mode!r}: expected train or infer")
+        if (self.train is None) != (self.mode == "infer"):
+            raise SpecError("spec train: needed for mode train, and only for it")
+        if self.mode == "infer" and self.accumulation_steps != 1:
+            raise SpecError("spec accumulation_steps: a training setting, inference runs use 1")
+        if min(self.batch_size, self.accumulation_steps) < 1 or self.num_workers < 0:
+            raise SpecError("spec batch_size and accumulation_steps must be >= 1, workers >= 0")
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Samples per optimizer update (and per loader batch): micro-batch × accumulation."""
+        return self.batch_size * self.accumulation_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys): equal specs give equal text, hence equal hashes."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
+        if data.get("spec_version", SPEC_VERSION) != SPEC_VERSION:
+            raise SpecError(
+                f"spec_version {data.get('spec_version')!r}: this batchscope reads {SPEC_VERSION}"
+            )
+        return _from_mapping(cls, data, "spec")
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def read(cls, path: str) -> RunSpec:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return cls.from_json(handle.read())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SpecError(f"run spec {path}: {exc}") from None
+
+
+def _from_mapping(cls: type, data: Mapping[str, Any], where: str):
+    """``cls(**data)``, recursing into fields that are specs themselves; a missing or unknown
+    key is a one-line :class:`SpecError` naming it."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{where}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}: unknown key")
+    values = {}
+    for name, spec_field in fields.items():
+        if name not in data:
+            if spec_field.default is dataclasses.MISSING:
+                raise SpecError(f"{where}.{name}: missing")
+            continue
+        nested = _spec_class(hints[name])
+        value = data[name]
+        if nested is not None and value is not None:
+            value = _from_mapping(nested, value, f"{where}.{name}")
+        values[name] = value
+    return cls(**values)
+
+
+def _spec_class(hint: Any) -> type | None:
+    """The spec dataclass inside a type hint such as ``TrainSpec | None``, if any."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if dataclasses.is_dataclass(candidate):
+            return candidate
+    return None
+
+
+# --------------------------------------------------------------------------- from the config
+
+
+def _section(cls: type, values: Mapping[str, Any], **overrides: Any):
+    """A spec section from the config section of the same name (schema defaults filled)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return cls(**{name: values.get(name) for name in names if name not in overrides}, **overrides)
+
+
+def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
+    """The sweep's data: the prepared folder, or the synthetic images' shape."""
+    cfg = config["dataset"]
+    name = cfg["name"]
+    synthetic = None
+    if name == "synthetic":
+        synthetic = SyntheticSpec(
+            channels=cfg["channels"],
+            image_size=cfg.get("image_size") or datasets.SYNTHETIC_DEFAULT_SIZE,
+            num_classes=cfg["num_classes"],
+            num_samples=cfg["num_samples"],
+        )
+    root = None if name == "synthetic" else paths.DATASET_DIR.format(dataset=name)
+    return DatasetSpec(name=name, root=root, image_size=cfg.get("image_size"), synthetic=synthetic)
+
+
+def synthetic_twin(config: Mapping[str, Any], mode: str) -> DatasetSpec:
+    """Synthetic tensors of the sweep's data's shape, as many as the mode's split has (where
+    known): what a compute-only ceiling run computes on."""
+    name = config["dataset"]["name"]
+    shape = dict(datasets.SHAPES[name])
+    if config["dataset"].get("image_size"):
+        shape["image_size"] = config["dataset"]["image_size"]
+    samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode, datasets.UNKNOWN_SPLIT_SAMPLES)
+    synthetic = SyntheticSpec(**shape, num_samples=samples)
+    return DatasetSpec(name="synthetic", root=None, image_size=None, synthetic=synthetic)
+
+
+def build(
+    config: Mapping[str, Any],
+    *,
+    kind: str = "bench",
+    mode: str,
+    model: str,
+    batch_size: int,
+    accumulation_steps: int = 1,
+    num_workers: int,
+    seed: int,
+) -> RunSpec:
+    """The spec of one job, from the validated config (defaults filled) and its grid point.
+
+    A ``ceiling`` run computes on synthetic tensors of the data's shape with no workers, no
+    validation and none of the convergence machinery; a ``trial`` (``batch_sizes: auto``) is
+    the sweep's own workload, which the largest-batch search shortens per trial.
+    """
+    train = None
+    if mode == "train":
+        train = _section(TrainSpec, config["train"], validate=kind != "ceiling")
+        if kind == "ceiling":
+            train = replace(train, **CEILING_TRAIN_OFF)
+    return RunSpec(
+        kind=kind,
+        mode=mode,
+        model=model,
+        batch_size=int(batch_size),
+        accumulation_steps=int(accumulation_steps),
+        num_workers=int(num_workers),
+        seed=int(seed),
+        device=config["device"],
+        deterministic=config["deterministic"],
+        max_steps=config[mode]["max_steps"],
+        cpu_memory_budget_mb=None if kind == "ceiling" else config["cpu_memory_budget_mb"],
+        dataset=synthetic_twin(config, mode) if kind == "ceiling" else dataset_spec(config),
+        measure=_section(MeasureSpec, config["measure"]),
+        compute=_section(ComputeSpec, config["compute"]),
+        loader=_section(LoaderSpec, config["loader"]),
+        train=train,
+    )
+
+
+#: What a ceiling run leaves out of training: it measures the model's compute alone.
+CEILING_TRAIN_OFF = {
+    "lr_scaling": "none",
+    "base_batch_size": None,
+    "lr_warmup_steps": 0,
+    "lr_warmup_epochs": None,
+    "lr_decay": "constant",
+    "eval_every_samples": None,
+    "target_accuracy": None,
+    "target_loss": None,
+    "noise_scale_every_steps": None,
+    "eval_samples": None,
+    "stop_at_target": False,
+}
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """The largest-batch search of one mode × model: the trial's workload and the search's
+    own settings (the config's ``maxbatch`` section)."""
+
+    run: RunSpec
+    margin: float
+    cap: int
+    start: int
+    tolerance: float
+    capacity_mb: float | None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchSpec:
+        return _from_mapping(cls, data, "search")
+
+    @classmethod
+    def read(cls, path: str) -> SearchSpec:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return cls.from_dict(json.load(handle))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SpecError(f"search spec {path}: {exc}") from None
+
+
+def build_search(config: Mapping[str, Any], *, mode: str, model: str) -> SearchSpec:
+    """The search of ``batch_sizes: auto``: trials run the sweep's workload with its largest
+    worker count and the first seed, capped so that the sweep's own run of the found size
+    still has a step to measure after its warm-up."""
+    run = build(
+        config,
+        kind="trial",
+        mode=mode,
+        model=model,
+        batch_size=config["maxbatch"]["start"],
+        num_workers=max(config["num_workers"]),
+        seed=0,
+    )
+    search = config["maxbatch"]
+    return SearchSpec(
+        run=run,
+        margin=search["margin"],
+        cap=search_cap(config, mode),
+        start=search["start"],
+        tolerance=search["tolerance"],
+        capacity_mb=search["capacity_mb"],
+    )
+
+
+def search_cap(config: Mapping[str, Any], mode: str) -> int:
+    """The configured cap, and no batch so large that the sweep's run of that size would have
+    no step left to measure after its warm-up."""
+    cap = config["maxbatch"]["cap"]
+    name = config["dataset"]["name"]
+    if name == "synthetic":
+        samples = config["dataset"]["num_samples"]
+    else:
+        samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode)
+    if samples is not None:
+        cap = min(cap, samples // (config["measure"]["warmup_steps"] + 1))
+    return max(cap, 1)
