@@ -348,3 +348,40 @@ def test_compare_shows_the_environment_difference_beside_the_metric_difference(f
     beyond = report.split("## Metric differences beyond the noise")[1].split("## All metric")[0]
     rows = [line for line in beyond.splitlines() if line.startswith("| train")]
     assert len(rows) == 2 and all("| 50 |" in r and "val_accuracy" in r for r in rows)
+
+
+def _default_sweep_outputs() -> set[str]:
+    """Every file the default sweep (config/config.yaml) makes, as it made them before the run
+    spec existed: the contract that refactoring the workflow must keep."""
+    grid = [(m, b, w) for m in ("train", "infer") for b in (32, 64, 128, 256) for w in (0, 2)]
+    runs = {
+        f"results/runs/{m}/small_cnn/bs{b}_acc1_nw{w}_seed0{suffix}"
+        for m, b, w in grid
+        for suffix in (".json", ".steps.csv")
+    }
+    ceilings = {
+        f"results/ceiling/{m}/small_cnn/bs{b}{suffix}"
+        for m, b, _ in grid
+        for suffix in (".json", ".steps.csv")
+    }
+    plots = ("breakdown", "data_wait", "loss_curves", "peak_memory", "throughput", "val_accuracy")
+    tables = ("curves.csv", "summary.csv", "summary_by_point.csv", "env/environment.json")
+    documents = ("recommendation.md", "recommendation.html")
+    return (
+        runs
+        | ceilings
+        | {f"results/plots/{name}.png" for name in plots}
+        | {f"results/{name}" for name in (*tables, *documents)}
+        | {"resources/datasets/fashion_mnist"}
+    )
+
+
+def test_the_default_sweep_makes_the_files_it_always_made_plus_one_spec_per_job(tmp_path):
+    done = snakemake(tmp_path, "--summary", "--cores", "2")
+    assert done.returncode == 0, done.stderr
+    files = {line.split("\t")[0] for line in done.stdout.splitlines()[1:] if line.strip()}
+    specs = {f for f in files if f.startswith("specs/")}
+    assert files - specs == _default_sweep_outputs()
+    # one spec per benchmark and ceiling job, laid out as their results are
+    jobs = {f.removeprefix("results/").removesuffix(".json") for f in files if f.endswith(".json")}
+    assert specs == {f"specs/{job}.json" for job in jobs if job.startswith(("runs/", "ceiling/"))}

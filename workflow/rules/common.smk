@@ -7,7 +7,7 @@ import shlex
 from snakemake.settings.types import DeploymentMethod
 
 from batchscope.core import paths, results, spec
-from batchscope.core.config import ConfigError, check, load_schema
+from batchscope.core.config import ConfigError, check, load_schema, with_defaults
 
 
 def job_path_prefix(interpreter):
@@ -39,6 +39,9 @@ try:
 except ConfigError as error:
     sys.exit(f"batchscope: {error}")
 validate(config, SCHEMA)
+# validate does not fill defaults behind a `$ref` (the modes' max_steps): the same filling again,
+# following them, so the config every spec is built from has every key.
+config.update(with_defaults(config, load_schema(SCHEMA)))
 
 # Jobs run `python -m batchscope.<stage>` from this checkout: with --use-conda the rule's env's
 # python; otherwise the interpreter this workflow runs in, whatever PATH says (a venv's
