@@ -41,5 +41,5 @@ format: $(VENV)/.installed
 	$(BIN)/snakefmt Snakefile workflow/rules
 
 clean:
-	rm -rf results/* .snakemake logs benchmarks
+	rm -rf results/* .snakemake logs benchmarks specs
 	touch results/.gitkeep

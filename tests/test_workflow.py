@@ -74,12 +74,14 @@ def test_dry_run_lists_exactly_one_job_per_grid_point(tmp_path):
         "all": 1,
         "aggregate": 1,
         "bench": 2 * 1 * 3 * 2 * 2,
+        "run_spec": 2 * 1 * 3 * 2 * 2,  # each job's run spec, written by the workflow itself
         "ceiling": 2 * 1 * 3,  # one compute-only run per mode x model x batch size
+        "ceiling_spec": 2 * 1 * 3,
         "capture_environment": 1,
         "download_dataset": 1,
         "plots": 1,
         "recommend": 1,
-        "total": 2 * 3 * 2 * 2 + 2 * 3 + 6,
+        "total": 2 * (2 * 3 * 2 * 2 + 2 * 3) + 6,
     }
 
 
@@ -94,7 +96,13 @@ def test_accumulation_multiplies_the_training_grid_only(tmp_path):
     runs = {o.split(",")[0] for o in outputs if o.startswith("results/runs/")}
     assert "results/runs/train/small_cnn/bs50_acc4_nw1_seed0.json" in runs
     assert {r for r in runs if "_acc4_" in r and "/infer/" in r} == set()
-    assert "--accumulation-steps 4" in done.stdout  # the wildcard reaches the job
+    # the wildcard reaches the job: its spec (written by the workflow, no job environment)
+    spec_path = "specs/runs/train/small_cnn/bs50_acc4_nw1_seed0.json"
+    written = snakemake(tmp_path, spec_path, "--cores", "1", "--configfile", str(config))
+    assert written.returncode == 0, written.stderr
+    spec = json.loads((tmp_path / spec_path).read_text())
+    assert (spec["batch_size"], spec["accumulation_steps"], spec["num_workers"]) == (50, 4, 1)
+    assert spec["train"]["lr"] == 0.02 and spec["measure"]["warmup_steps"] == 2
 
 
 BAD = [
