@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from batchscope.core.config import check, load_schema
+from batchscope.core.stats import mean_ci
 from batchscope.report import convergence_report as cr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,12 +125,12 @@ def by_gid(fig, gid):
 
 
 def test_mean_ci_is_student_t_over_the_finite_values():
-    mean, low, high = cr.mean_ci([475.0, 500.0, 525.0, np.nan, "x"])
+    mean, low, high = mean_ci([475.0, 500.0, 525.0, np.nan, "x"])
     half = T_2 * 25.0 / math.sqrt(3)
     assert mean == pytest.approx(500.0)
     assert (low, high) == pytest.approx((500.0 - half, 500.0 + half), rel=1e-9)
-    assert math.isnan(cr.mean_ci([3.0])[1]) and cr.mean_ci([3.0])[0] == 3.0
-    assert all(math.isnan(v) for v in cr.mean_ci([]))
+    assert math.isnan(mean_ci([3.0])[1]) and mean_ci([3.0])[0] == 3.0
+    assert all(math.isnan(v) for v in mean_ci([]))
 
 
 def test_table_intervals_counts_and_lr():
@@ -429,7 +430,7 @@ def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
     assert rows[expected][1] == f"{best['lr']:.4g}"
     assert (best["micro_batch_size"], best["accumulation_steps"]) == (expected, 1)
     for quantity in ("seconds", "steps", "samples"):
-        mean, low, high = cr.mean_ci(at_best[f"{quantity}_to_target"])
+        mean, low, high = mean_ci(at_best[f"{quantity}_to_target"])
         found = best[f"{quantity}_to_target"]
         assert (found["mean"], found["low"], found["high"]) == pytest.approx((mean, low, high))
     assert rows[expected][5].startswith(f"{best['seconds_to_target']['mean']:.1f} [")

@@ -81,7 +81,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from batchscope.core import results  # noqa: E402
-from batchscope.core.stats import t_critical  # noqa: E402
+from batchscope.core.stats import mean_ci  # noqa: E402
 from batchscope.report.aggregate import with_accumulation  # noqa: E402
 from batchscope.report.documents import html_page, html_table, markdown_table  # noqa: E402
 
@@ -175,19 +175,6 @@ NUMERIC = (
 def _finite(values: Iterable[Any]) -> np.ndarray:
     array = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").to_numpy(float)
     return array[np.isfinite(array)]
-
-
-def mean_ci(values: Iterable[Any], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(mean, low, high) of the finite ``values``, the interval two-sided Student t; the
-    interval is NaN with fewer than two values, everything NaN with none."""
-    data = _finite(values)
-    if len(data) == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(data.mean())
-    if len(data) < 2:
-        return mean, math.nan, math.nan
-    half = t_critical(len(data) - 1, confidence) * float(data.std(ddof=1)) / math.sqrt(len(data))
-    return mean, mean - half, mean + half
 
 
 def _truthy(value: Any) -> bool:

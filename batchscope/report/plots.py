@@ -45,6 +45,7 @@ from matplotlib.ticker import NullLocator  # noqa: E402
 
 from batchscope.core import results  # noqa: E402
 from batchscope.core.results import GRID_KEYS  # noqa: E402
+from batchscope.core.stats import mean_ci  # noqa: E402
 from batchscope.report import aggregate  # noqa: E402
 
 #: A panel shows one mode x model (x dataset, which is a single one per model in a usual sweep).
@@ -226,7 +227,7 @@ def _line_points(rows: pd.DataFrame, y: str, iqr: str | None = None) -> pd.DataF
     ok = rows[(rows["status"] == "ok") & pd.to_numeric(rows[y]).notna()]
     points = []
     for (workers, batch), group in ok.groupby(["num_workers", "batch_size"], sort=True):
-        mean, low, high = aggregate.mean_ci(group[y])
+        mean, low, high = mean_ci(group[y])
         lower = upper = 0.0
         spread = None
         if len(group) >= 2:
