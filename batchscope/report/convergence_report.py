@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import io
 import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -78,12 +77,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import NullLocator  # noqa: E402
 
 from batchscope.core import results  # noqa: E402
 from batchscope.core.stats import mean_ci  # noqa: E402
+from batchscope.report import figures  # noqa: E402
 from batchscope.report.aggregate import with_accumulation  # noqa: E402
 from batchscope.report.documents import html_page, html_table, markdown_table  # noqa: E402
+from batchscope.report.figures import batch_axis, save_png, subplots  # noqa: E402
 
 CONFIDENCE = 0.95
 
@@ -137,7 +137,6 @@ GID_B_SIMPLE_BAND = "b_simple_interval"
 GID_KNEE_BAND = "knee_interval"
 GID_REGIME = "regime"
 
-DPI = 110
 NO_TARGET = "no training runs with a target in this sweep"
 NO_NOISE = "no gradient noise scale measurements in this sweep (train.noise_scale_every_steps)"
 
@@ -767,30 +766,17 @@ def _num(value: float) -> str:
 
 
 def _subplots(count: int, width: float = 6.4, height: float = 4.8) -> tuple[Figure, list]:
-    """The report's panels, two per row (plots.py lays out the grid)."""
-    from batchscope.report.plots import _subplots as grid
-
-    return grid(count, width, height, max_cols=2)
+    """The report's panels, two per row."""
+    return subplots(count, width, height, max_cols=2)
 
 
 def placeholder_figure(message: str, title: str = "") -> Figure:
-    """A figure that only says ``message``."""
-    fig, ax = plt.subplots(figsize=(7, 2.5))
-    ax.axis("off")
-    ax.text(
-        0.5, 0.5, message, ha="center", va="center", fontsize=12, transform=ax.transAxes, wrap=True
-    )
-    if title:
-        fig.suptitle(title)
-    return fig
+    """A figure that only says ``message`` (wrapped: some of the report's are long)."""
+    return figures.placeholder_figure(message, title, width=7.0, fontsize=12, wrap=True)
 
 
 def _batch_axis(ax, sizes: Sequence[int], lo: float, hi: float) -> None:
-    ax.set_xscale("log", base=2)
-    ax.set_xlim(lo, hi)
-    ax.set_xticks(list(sizes), [str(int(s)) for s in sizes])
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("effective batch size B (samples per update)")
+    batch_axis(ax, sizes, lo, hi, "effective batch size B (samples per update)")
 
 
 def _palette(sizes: Sequence[int]) -> dict[int, tuple]:
@@ -1585,13 +1571,6 @@ def write_findings(reports: Sequence[ModelReport], path: str | Path) -> None:
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
-
-
-def save_png(fig: Figure, path: str | Path) -> None:
-    """Write ``fig`` as PNG atomically."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)
-    results.write_bytes(path, buffer.getvalue())
 
 
 def write_all(summary: pd.DataFrame, curves: pd.DataFrame, outdir: str | Path) -> list[ModelReport]:

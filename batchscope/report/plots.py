@@ -24,8 +24,6 @@ memory figure then marks the largest batch that fits and draws the search's tria
 from __future__ import annotations
 
 import argparse
-import io
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,12 +39,17 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import NullLocator  # noqa: E402
 
 from batchscope.core import results  # noqa: E402
 from batchscope.core.results import GRID_KEYS  # noqa: E402
 from batchscope.core.stats import mean_ci  # noqa: E402
 from batchscope.report import aggregate  # noqa: E402
+from batchscope.report.figures import (  # noqa: E402
+    batch_axis,
+    placeholder_figure,
+    save_png,
+    subplots,
+)
 
 #: A panel shows one mode x model (x dataset, which is a single one per model in a usual sweep).
 #: One panel per distinct value of these; a sweep with several ``accumulation_steps`` (a
@@ -86,8 +89,6 @@ LIMIT_LABEL = "largest batch that fits"
 #: Legend entry of a hollow (noisy) point.
 NOISY_LABEL = "noisy (window IQR > 10% of median)"
 
-DPI = 110
-
 NO_RUNS = "no runs in this sweep"
 NO_TRAIN_RUNS = "no training runs in this sweep"
 NO_BREAKDOWN = "no step-time breakdown in these results"
@@ -117,46 +118,13 @@ def _select(frame: pd.DataFrame, key: Sequence) -> pd.DataFrame:
     return frame[mask]
 
 
-def _subplots(
-    count: int, width: float = 5.0, height: float = 3.8, max_cols: int = 3
-) -> tuple[Figure, list]:
-    """A grid of ``count`` axes (at most ``max_cols`` per row); spare axes are hidden."""
-    ncols = min(count, max_cols)
-    nrows = math.ceil(count / ncols)
-    with sns.axes_style("whitegrid"):
-        fig, axes = plt.subplots(
-            nrows,
-            ncols,
-            figsize=(width * ncols, height * nrows),
-            squeeze=False,
-            layout="constrained",
-        )
-    flat = list(axes.flat)
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat[:count]
-
-
-def placeholder_figure(message: str, title: str = "") -> Figure:
-    """A small figure that only says ``message``: for a plot this sweep has no data for."""
-    fig, ax = plt.subplots(figsize=(6, 2.5))
-    ax.axis("off")
-    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=13, transform=ax.transAxes)
-    if title:
-        fig.suptitle(title)
-    return fig
-
-
 def _log2_batch_axis(ax, batch_sizes, extra=(), span=()) -> None:
     """Log2 x axis whose ticks are exactly the batch sizes measured (7 or 50 included) and the
     ``extra`` sizes (a search's limit, say); ``span`` widens the axis to more sizes, unlabelled."""
     sizes = sorted({int(b) for b in batch_sizes} | {int(b) for b in extra})
     ends = sorted({*sizes, *(int(b) for b in span)})
-    ax.set_xscale("log", base=2)
-    ax.set_xlim(ends[0] / 1.4, ends[-1] * 1.4)
-    ax.set_xticks(sizes, [str(s) for s in sizes], rotation=45 if len(sizes) > 8 else 0)
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("batch size (samples)")
+    rotation = 45 if len(sizes) > 8 else 0
+    batch_axis(ax, sizes, ends[0] / 1.4, ends[-1] * 1.4, "batch size (samples)", rotation=rotation)
 
 
 def _mark_failed(ax, rows: pd.DataFrame) -> list[Line2D]:
@@ -332,7 +300,7 @@ def _metric_figure(
     if not panels:
         return placeholder_figure(empty_message, title)
     palette = _palette(summary["num_workers"])
-    fig, axes = _subplots(len(panels))
+    fig, axes = subplots(len(panels))
     sources: set = set()
     for ax, (key, rows) in zip(axes, panels, strict=True):
         points = _line_points(rows, y, iqr)
@@ -503,7 +471,7 @@ def data_wait_figure(summary: pd.DataFrame) -> Figure:
     panels = _panels(summary, PANEL_KEYS)
     if not panels:
         return placeholder_figure(NO_RUNS, title)
-    fig, axes = _subplots(len(panels), width=5.2, height=4.2)
+    fig, axes = subplots(len(panels), width=5.2, height=4.2)
     for ax, (key, rows) in zip(axes, panels, strict=True):
         values, labels = _heatmap_cells(rows)
         ax.set_facecolor("#dddddd")  # masked (no ok run) cells show this grey
@@ -567,7 +535,7 @@ def loss_curves_figure(curves: pd.DataFrame, summary: pd.DataFrame | None = None
     if not keys:
         return placeholder_figure(NO_TRAIN_RUNS, title)
     palette = _palette(pd.concat([train["batch_size"], failed["batch_size"]]))
-    fig, axes = _subplots(len(keys), width=5.4)
+    fig, axes = subplots(len(keys), width=5.4)
     for ax, key in zip(axes, keys, strict=True):
         rows = _select(train, key).assign(batch=lambda d: d["batch_size"].astype(int).astype(str))
         handles = _draw_loss_panel(ax, rows, _select(failed, key), palette)
@@ -699,7 +667,7 @@ def breakdown_figure(summary: pd.DataFrame) -> Figure:
             strict=True,
         )
     )
-    fig, axes = _subplots(len(panels), width=5.6, height=4.2)
+    fig, axes = subplots(len(panels), width=5.6, height=4.2)
     handles: dict[str, Any] = {}
     for ax, (key, rows) in zip(axes, panels, strict=True):
         pairs = rows[["batch_size", "num_workers"]].astype(int).itertuples(index=False)
@@ -810,13 +778,6 @@ def all_figures(
         "loss_curves.png": loss_curves_figure(curves, summary),
         "val_accuracy.png": val_accuracy_figure(summary),
     }
-
-
-def save_png(fig: Figure, path: str | Path, dpi: int = DPI) -> None:
-    """Write ``fig`` as PNG atomically."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    results.write_bytes(path, buffer.getvalue())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
