@@ -414,13 +414,13 @@ def convergence_sweep(step_time, seeds=(0, 1)) -> pd.DataFrame:
 def write_inputs(tmp_path, summary):
     """The summary, environment and convergence findings files main reads; argv without the
     findings, and the findings path."""
-    from batchscope.report import convergence_report
+    from batchscope.report import convergence_pages, convergence_report
 
     summary_csv, env_json = tmp_path / "summary.csv", tmp_path / "environment.json"
     summary.to_csv(summary_csv, index=False)
     env_json.write_text(json.dumps(ENV))
-    findings = tmp_path / "convergence" / convergence_report.FINDINGS
-    convergence_report.write_findings(convergence_report.analyse(summary), findings)
+    findings = tmp_path / "convergence" / convergence_pages.FINDINGS
+    convergence_pages.write_findings(convergence_report.analyse(summary), findings)
     argv = ["--summary", str(summary_csv), "--env", str(env_json)]
     argv += ["--markdown", str(tmp_path / "rec.md"), "--html", str(tmp_path / "rec.html")]
     return argv, findings
