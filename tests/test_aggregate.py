@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from batchscope.core import results
+from batchscope.core.stats import mean_ci
 from batchscope.report import aggregate
 
 FINGERPRINT = "0123456789ab"
@@ -268,15 +269,15 @@ def test_written_tables_feed_recommend_and_plots(tmp_path):
 
 
 def test_mean_ci_is_the_student_t_interval():
-    mean, low, high = aggregate.mean_ci([90.0, 100.0, 110.0])
+    mean, low, high = mean_ci([90.0, 100.0, 110.0])
     # sd 10, n 3, t(2) = 4.302653: half-width 4.302653 * 10 / sqrt(3) = 24.8414
     assert mean == 100.0
     assert (low, high) == (pytest.approx(75.1586, abs=1e-4), pytest.approx(124.8414, abs=1e-4))
-    mean, low, high = aggregate.mean_ci([1.0, 2.0])  # t(1) = 12.7062, sd 0.7071, n 2
+    mean, low, high = mean_ci([1.0, 2.0])  # t(1) = 12.7062, sd 0.7071, n 2
     assert (low, high) == (pytest.approx(1.5 - 6.3531, abs=1e-4), pytest.approx(7.8531, abs=1e-4))
-    mean, low, high = aggregate.mean_ci([5.0, None, float("nan")])
+    mean, low, high = mean_ci([5.0, None, float("nan")])
     assert mean == 5.0 and math.isnan(low) and math.isnan(high)  # one value: no interval
-    assert all(math.isnan(v) for v in aggregate.mean_ci([]))
+    assert all(math.isnan(v) for v in mean_ci([]))
 
 
 def test_points_pool_seeds_with_confidence_intervals(tmp_path):

@@ -13,7 +13,12 @@ import pytest
 import yaml
 
 from batchscope.core.config import check, load_schema
+from batchscope.core.stats import mean_ci
+from batchscope.report import convergence_figures as figs
+from batchscope.report import convergence_fits as fits
+from batchscope.report import convergence_pages as pages
 from batchscope.report import convergence_report as cr
+from batchscope.report import convergence_tables as tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,12 +129,12 @@ def by_gid(fig, gid):
 
 
 def test_mean_ci_is_student_t_over_the_finite_values():
-    mean, low, high = cr.mean_ci([475.0, 500.0, 525.0, np.nan, "x"])
+    mean, low, high = mean_ci([475.0, 500.0, 525.0, np.nan, "x"])
     half = T_2 * 25.0 / math.sqrt(3)
     assert mean == pytest.approx(500.0)
     assert (low, high) == pytest.approx((500.0 - half, 500.0 + half), rel=1e-9)
-    assert math.isnan(cr.mean_ci([3.0])[1]) and cr.mean_ci([3.0])[0] == 3.0
-    assert all(math.isnan(v) for v in cr.mean_ci([]))
+    assert math.isnan(mean_ci([3.0])[1]) and mean_ci([3.0])[0] == 3.0
+    assert all(math.isnan(v) for v in mean_ci([]))
 
 
 def test_table_intervals_counts_and_lr():
@@ -160,18 +165,18 @@ def test_table_intervals_counts_and_lr():
 def test_fit_knee_recovers_the_curve_and_its_edges():
     sizes = [8, 16, 32, 64, 128, 256]
     exact = [S_MIN * (1 + B_NOISE / b) for b in sizes]
-    knee = cr.fit_knee(sizes, exact)
+    knee = fits.fit_knee(sizes, exact)
     assert knee.edge is None
     assert knee.b_noise == pytest.approx(B_NOISE, rel=1e-4)
     assert knee.s_min == pytest.approx(S_MIN, rel=1e-4)
     assert knee.rms_log_residual < 1e-6
-    perfect = cr.fit_knee(sizes, [1000.0 / b for b in sizes])
+    perfect = fits.fit_knee(sizes, [1000.0 / b for b in sizes])
     assert perfect.edge == "above" and perfect.b_noise is None
     assert perfect.steps(8.0) == pytest.approx(125.0)
-    flat = cr.fit_knee(sizes, [50.0] * len(sizes))
+    flat = fits.fit_knee(sizes, [50.0] * len(sizes))
     assert flat.edge == "below" and flat.steps(1000.0) == pytest.approx(50.0)
     with pytest.raises(ValueError):
-        cr.fit_knee([64, 64], [10.0, 11.0])
+        fits.fit_knee([64, 64], [10.0, 11.0])
 
 
 def test_knee_fit_uses_only_batch_sizes_every_seed_reached():
@@ -182,19 +187,19 @@ def test_knee_fit_uses_only_batch_sizes_every_seed_reached():
     assert low <= report.knee.b_noise <= high
     assert "256" in report.knee_note
     regimes = dict(zip(report.table["batch"], report.table["regime"], strict=True))
-    assert regimes[16] == cr.regime(16, report.knee.b_noise)  # on the edge: 16 = 64/4
+    assert regimes[16] == fits.regime(16, report.knee.b_noise)  # on the edge: 16 = 64/4
     assert regimes[32] == regimes[64] == regimes[128] == "diminishing returns"
     assert regimes[256] == "no benefit"  # 256 >= 4 * 64
 
 
 def test_relation_and_regime_thresholds():
-    assert cr.relation(32, 100) == "below"
-    assert cr.relation(64, 100) == "around"
-    assert cr.relation(200, 100) == "around"
-    assert cr.relation(256, 100) == "above"
-    assert cr.regime(16, 64) == "perfect scaling"
-    assert cr.regime(100, 64) == "diminishing returns"
-    assert cr.regime(256, 64) == "no benefit"
+    assert fits.relation(32, 100) == "below"
+    assert fits.relation(64, 100) == "around"
+    assert fits.relation(200, 100) == "around"
+    assert fits.relation(256, 100) == "above"
+    assert fits.regime(16, 64) == "perfect scaling"
+    assert fits.regime(100, 64) == "diminishing returns"
+    assert fits.regime(256, 64) == "no benefit"
 
 
 # --- the recommendation -------------------------------------------------------------------------
@@ -223,11 +228,11 @@ def test_no_run_reaching_the_target_gives_a_plain_statement():
     assert report.best is None and report.knee is None
     assert report.recommendation.startswith("No run of small_cnn reached the target")
     assert "val_accuracy ≥ 0.8" in report.recommendation
-    fig = cr.steps_figure([report])
+    fig = figs.steps_figure([report])
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert "no run reached the target" in texts
-    assert len(by_gid(fig, cr.GID_NOT_REACHED)[0].get_offsets()) == 15  # every ok seed shown
-    markdown = cr.render_markdown([report])
+    assert len(by_gid(fig, figs.GID_NOT_REACHED)[0].get_offsets()) == 15  # every ok seed shown
+    markdown = pages.render_markdown([report])
     assert "No run of small_cnn reached the target" in markdown
 
 
@@ -242,13 +247,13 @@ def test_partial_reach_everywhere_recommends_nothing():
 
 def test_worker_count_with_most_runs_then_smallest():
     both = pd.concat([sweep(), sweep(num_workers=2).head(6)], ignore_index=True)
-    assert cr.chosen_workers(both) == 0
+    assert tables.chosen_workers(both) == 0
     tie = pd.concat([sweep(), sweep(num_workers=2)], ignore_index=True)
-    assert cr.chosen_workers(tie) == 0
+    assert tables.chosen_workers(tie) == 0
     more = pd.concat([sweep().head(3), sweep(num_workers=2)], ignore_index=True)
     report = cr.analyse(more)[0]
     assert report.workers == 2 and report.other_workers == (0,)
-    assert "Runs with 0 worker(s) are left out" in cr.render_markdown([report])
+    assert "Runs with 0 worker(s) are left out" in pages.render_markdown([report])
 
 
 def test_no_target_configured():
@@ -263,25 +268,25 @@ def test_no_target_configured():
 
 def test_steps_figure_has_the_perfect_scaling_line_and_the_markers():
     report = cr.analyse(sweep())[0]
-    fig = cr.steps_figure([report])
+    fig = figs.steps_figure([report])
     (ax,) = fig.axes
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    (perfect,) = by_gid(fig, cr.GID_PERFECT)
+    (perfect,) = by_gid(fig, figs.GID_PERFECT)
     x, y = perfect.get_data()
     mean16 = report.table.set_index("batch").at[16, "steps_mean"]
     assert np.interp(16.0, x, y) == pytest.approx(mean16, rel=0.02)  # through the smallest batch
     assert np.allclose(x * y, 16 * mean16)  # slope -1 on log-log axes
-    (b_simple,) = by_gid(fig, cr.GID_B_SIMPLE)
+    (b_simple,) = by_gid(fig, figs.GID_B_SIMPLE)
     assert b_simple.get_xdata()[0] == pytest.approx(71.0)  # median of 70, 71, 72 per batch size
-    assert by_gid(fig, cr.GID_B_SIMPLE_BAND)
-    (knee,) = by_gid(fig, cr.GID_KNEE)
+    assert by_gid(fig, figs.GID_B_SIMPLE_BAND)
+    (knee,) = by_gid(fig, figs.GID_KNEE)
     assert knee.get_xdata()[0] == pytest.approx(report.knee.b_noise)
-    assert by_gid(fig, cr.GID_FIT) and by_gid(fig, cr.GID_REGIME)
-    (mean,) = by_gid(fig, cr.GID_MEAN)
+    assert by_gid(fig, figs.GID_FIT) and by_gid(fig, figs.GID_REGIME)
+    (mean,) = by_gid(fig, figs.GID_MEAN)
     assert list(mean.get_xdata()) == [16, 32, 64, 128, 256]
-    (missed,) = by_gid(fig, cr.GID_NOT_REACHED)
+    (missed,) = by_gid(fig, figs.GID_NOT_REACHED)
     assert missed.get_offsets().tolist() == [[256.0, 200.0]]
-    counts = [a.get_text() for a in by_gid(fig, cr.GID_NOT_REACHED_COUNT)]
+    counts = [a.get_text() for a in by_gid(fig, figs.GID_NOT_REACHED_COUNT)]
     assert counts == ["1/3\nmissed", "3/3\nmissed"]  # 256, and 512 (OOM)
 
 
@@ -289,14 +294,14 @@ def test_loss_and_noise_figures():
     summary = sweep()
     curves = curves_for(summary)
     reports = cr.analyse(summary)
-    fig = cr.loss_figure(reports, summary, curves, "samples_seen")
+    fig = figs.loss_figure(reports, summary, curves, "samples_seen")
     (ax,) = fig.axes
     labels = [line.get_label() for line in ax.get_lines()]
     assert [f"B = {b}" for b in SIZES] == [lab for lab in labels if lab.startswith("B =")]
-    time_fig = cr.loss_figure(reports, summary, curves, "elapsed_s")
+    time_fig = figs.loss_figure(reports, summary, curves, "elapsed_s")
     line = time_fig.axes[0].get_lines()[0]
     assert line.get_xdata()[-1] == pytest.approx(40 * step_time(16))
-    noise = cr.noise_figure(reports, summary, curves)
+    noise = figs.noise_figure(reports, summary, curves)
     values = np.concatenate([line.get_ydata() for line in noise.axes[0].get_lines()[:5]])
     assert np.allclose(values, B_NOISE)
 
@@ -309,7 +314,7 @@ def test_noise_history_recovers_b_simple_and_an_interval():
     )
     rng = np.random.default_rng(1)
     rows["noise_sq_small"] *= 1 + 0.05 * rng.standard_normal(len(rows))
-    history = cr.noise_history(rows, bins=4)
+    history = fits.noise_history(rows, bins=4)
     assert len(history) == 4 and (history["n"] == 6).all()
     assert np.allclose(history["b_simple"], B_NOISE, rtol=0.5)
     assert (history["low"] <= history["b_simple"]).all()
@@ -319,9 +324,9 @@ def test_noise_history_recovers_b_simple_and_an_interval():
 def test_placeholders_without_training_runs():
     summary = sweep(mode="infer")
     assert cr.analyse(summary) == []
-    fig = cr.steps_figure([])
-    assert cr.NO_TARGET in [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert "No training runs in this sweep." in cr.render_markdown([])
+    fig = figs.steps_figure([])
+    assert figs.NO_TARGET in [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "No training runs in this sweep." in pages.render_markdown([])
 
 
 # --- documents and the command line -------------------------------------------------------------
@@ -345,14 +350,14 @@ def test_cli_writes_figures_and_documents(tmp_path):
         )
         == 0
     )
-    for name in (cr.STEPS_PNG, cr.LOSS_SAMPLES_PNG, cr.LOSS_TIME_PNG, cr.NOISE_PNG):
+    for name in (figs.STEPS_PNG, figs.LOSS_SAMPLES_PNG, figs.LOSS_TIME_PNG, figs.NOISE_PNG):
         assert (out / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    markdown = (out / cr.MARKDOWN).read_text()
+    markdown = (out / pages.MARKDOWN).read_text()
     assert "| 32 ★ | 0.025 | 3/3 |" in markdown
     assert "| 512 | – | 0/3 (0:oom;1:oom;2:oom) |" in markdown
     assert "B_simple ≈ 71 samples" in markdown and "Knee B_noise ≈" in markdown
     assert "How to read this." in markdown
-    page = (out / cr.HTML).read_text()
+    page = (out / pages.HTML).read_text()
     assert page.startswith("<!DOCTYPE html>") and "<table" in page and "How to read this." in page
 
 
@@ -361,7 +366,7 @@ def test_eval_spacing_is_the_median_gap_between_evaluations():
     reports = cr.analyse(summary, curves_for(summary))
     # every 10 steps: 160, 320, 640, 1280 and 2560 samples apart, as often each
     assert reports[0].eval_every == 640
-    assert "evaluated every 640 samples" in cr.render_markdown(reports)
+    assert "evaluated every 640 samples" in pages.render_markdown(reports)
 
 
 def test_the_shipped_convergence_config_is_valid():
@@ -402,10 +407,10 @@ def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
     out = tmp_path / "convergence"
     argv = ["--summary", str(tmp_path / "summary.csv"), "--curves", str(tmp_path / "curves.csv")]
     assert cr.main([*argv, "--outdir", str(out)]) == 0
-    data = _strict_json(out / cr.FINDINGS)
-    markdown = (out / cr.MARKDOWN).read_text()
+    data = _strict_json(out / pages.FINDINGS)
+    markdown = (out / pages.MARKDOWN).read_text()
     rows = _markdown_rows(markdown)
-    assert data["version"] == cr.FINDINGS_VERSION and data["document"] == cr.HTML
+    assert data["version"] == pages.FINDINGS_VERSION and data["document"] == pages.HTML
     (group,) = data["groups"]
     assert (group["mode"], group["model"], group["dataset"]) == (
         "train",
@@ -429,7 +434,7 @@ def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
     assert rows[expected][1] == f"{best['lr']:.4g}"
     assert (best["micro_batch_size"], best["accumulation_steps"]) == (expected, 1)
     for quantity in ("seconds", "steps", "samples"):
-        mean, low, high = cr.mean_ci(at_best[f"{quantity}_to_target"])
+        mean, low, high = mean_ci(at_best[f"{quantity}_to_target"])
         found = best[f"{quantity}_to_target"]
         assert (found["mean"], found["low"], found["high"]) == pytest.approx((mean, low, high))
     assert rows[expected][5].startswith(f"{best['seconds_to_target']['mean']:.1f} [")
@@ -447,8 +452,8 @@ def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
 
     # where the best sits, and the regimes, agree with the document
     where = best["position"]
-    assert where["b_simple"] == cr.relation(expected, b_simple["value"])
-    assert where["knee"] == cr.relation(expected, knee["b_noise"])
+    assert where["b_simple"] == fits.relation(expected, b_simple["value"])
+    assert where["knee"] == fits.relation(expected, knee["b_noise"])
     assert where["regime"] == rows[expected][-1] == best["regime"]
     assert f"{where['b_simple']} the gradient noise scale B_simple" in markdown
     assert f"{where['knee']} the knee B_noise" in markdown
@@ -478,7 +483,7 @@ def test_accumulated_runs_get_their_own_report_and_findings():
     reports = cr.analyse(pd.concat([plain, accumulated], ignore_index=True))
     assert [r.accumulation for r in reports] == [1, 2]  # one effective batch, never pooled
     assert reports[1].title.endswith(", 2 accumulation steps")
-    plain_found, found = (cr.findings(r) for r in reports)
+    plain_found, found = (pages.findings(r) for r in reports)
     assert (plain_found["accumulation_steps"], found["accumulation_steps"]) == (1, 2)
     assert [b["n_seeds"] for b in found["batches"]] == [
         b["n_seeds"] for b in plain_found["batches"]
@@ -495,8 +500,8 @@ def test_findings_without_a_batch_size_reaching_the_target(tmp_path):
     for column in ("steps_to_target", "samples_to_target", "seconds_to_target"):
         summary[column] = np.nan
     reports = cr.analyse(summary)
-    cr.write_findings(reports, tmp_path / cr.FINDINGS)
-    (group,) = _strict_json(tmp_path / cr.FINDINGS)["groups"]
+    pages.write_findings(reports, tmp_path / pages.FINDINGS)
+    (group,) = _strict_json(tmp_path / pages.FINDINGS)["groups"]
     assert group["best"] is None and group["knee"] is None and group["candidates"] == []
     assert group["never_reached"] == [*SIZES, 512] and group["partly_reached"] == []
     assert group["recommendation"] == reports[0].recommendation

@@ -22,3 +22,21 @@ def test_html_page_is_standalone_and_escapes_its_title_and_cells():
     assert "<title>a &lt;b&gt; &amp; c</title>" in page
     assert "&lt;oom &amp; more&gt;" in page and "<oom" not in page
     assert page.index("<h1>x</h1>") < page.index("<table")
+
+
+def test_sample_counts_read_the_same_in_both_reports():
+    text = documents.samples_text
+    assert [text(v) for v in (1234.6, 64.0, 7.25, 0.5)] == ["1235", "64", "7.2", "0.5"]
+    # an open bound: inf in the convergence report's tables, null in its JSON findings
+    assert text(float("inf")) == "∞" and text(None) == "∞"
+    assert text(float("nan")) == "–" and text(float("-inf")) == "–"
+    assert documents.sizes_text([16, 32.0, 64]) == "16, 32, 64"
+
+
+def test_learning_rate_text_names_the_scaling_when_there_was_one():
+    lr_text = documents.lr_text
+    scaled = {"lr": 0.1, "base_lr": 0.05, "lr_scaling": "linear"}
+    assert lr_text(scaled) == "0.1 (linear scaling of base lr 0.05)"
+    assert lr_text({**scaled, "lr_scaling": "none"}) == "0.1"
+    assert lr_text({**scaled, "base_lr": float("nan")}) == "0.1"  # a table's empty cell
+    assert lr_text({"lr": None}) == lr_text({"lr": float("nan")}) == "unknown"

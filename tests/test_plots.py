@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection
 
-from batchscope.report import plots
+from batchscope.core import results
+from batchscope.report import plots, plots_lines, plots_loss, plots_panels, plots_time
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -74,7 +75,7 @@ def curves_for(summary: pd.DataFrame, steps: int = 5) -> pd.DataFrame:
                 loss = np.inf
             rows.append(
                 {
-                    **{k: r[k] for k in plots.GRID_KEYS},
+                    **{k: r[k] for k in results.GRID_KEYS},
                     "step": i,
                     "phase": "warmup" if i < 2 else "measured",
                     "samples_seen": (i + 1) * r["batch_size"],
@@ -101,7 +102,7 @@ def close_figures():
 
 def test_throughput_marks_oom_and_uses_actual_batch_sizes():
     summary = sweep(modes=("infer",))
-    fig = plots.throughput_figure(summary)
+    fig = plots_lines.throughput_figure(summary)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log"
     assert list(ax.get_xticks()) == [7, 50, 256, 1024]
@@ -131,7 +132,7 @@ def _line(ax, workers: int):
 
 def test_throughput_line_is_mean_over_seeds_with_a_confidence_interval():
     summary = sweep(modes=("infer",), sizes=(8, 16), seeds=(0, 1, 2))
-    fig = plots.throughput_figure(summary)
+    fig = plots_lines.throughput_figure(summary)
     assert "95% CI of the mean over seeds" in fig.texts[0].get_text()
     ax = fig.axes[0]
     line = _line(ax, 0)
@@ -151,7 +152,7 @@ def test_single_seed_error_bars_are_the_window_iqr_and_noisy_points_are_hollow()
         samples_per_s_iqr=[40.0, 100.0, 500.0],
         noisy=[False, False, True],
     )
-    fig = plots.throughput_figure(summary)
+    fig = plots_lines.throughput_figure(summary)
     assert "one seed: median ± IQR/2 of the measurement windows" in fig.texts[0].get_text()
     assert "CI" not in fig.texts[0].get_text()
     ax = fig.axes[0]
@@ -159,7 +160,7 @@ def test_single_seed_error_bars_are_the_window_iqr_and_noisy_points_are_hollow()
     (hollow,) = [c for c in ax.collections if c.get_gid() == "noisy"]
     assert hollow.get_offsets().tolist() == [[32.0, 2500.0]]
     assert tuple(hollow.get_facecolors()[0]) == (1.0, 1.0, 1.0, 1.0)
-    assert plots.NOISY_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert plots_lines.NOISY_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
 def test_failed_and_missing_points_are_marked_everywhere():
@@ -171,16 +172,20 @@ def test_failed_and_missing_points_are_marked_everywhere():
         ],
         ignore_index=True,
     )
-    for figure in (plots.throughput_figure, plots.peak_memory_figure, plots.val_accuracy_figure):
+    for figure in (
+        plots_lines.throughput_figure,
+        plots_lines.peak_memory_figure,
+        plots_lines.val_accuracy_figure,
+    ):
         (ax,) = figure(summary).axes
         labels = [t.get_text() for t in ax.texts]
         assert {"OOM", "failed", "missing"} <= set(labels)
         assert {"failed", "missing"} <= {t.get_text() for t in ax.get_legend().get_texts()}
         assert 256 in ax.get_xticks()
-    heat = plots.data_wait_figure(summary).axes[0]
+    heat = plots_time.data_wait_figure(summary).axes[0]
     cells = [t.get_text() for t in heat.texts]
     assert cells.count("failed") == 1 and cells.count("missing") == 1
-    found = texts(plots.loss_curves_figure(curves_for(summary), summary))
+    found = texts(plots_loss.loss_curves_figure(curves_for(summary), summary))
     assert "failed (no result): batch size 256" in found
     assert "missing (no result): batch size 256" in found
     assert "OOM (no steps): batch size 128" in found
@@ -222,7 +227,7 @@ def test_breakdown_bars_add_up_to_the_mean_step_time():
     ]
     rows.append(run("train", batch_size=128, num_workers=0, status="failed"))
     summary = pd.DataFrame(rows)
-    fig = plots.breakdown_figure(summary)
+    fig = plots_time.breakdown_figure(summary)
     assert [ax.get_title() for ax in fig.axes] == [
         "infer / small_cnn (synthetic)",
         "train / small_cnn (synthetic)",
@@ -258,7 +263,7 @@ def test_breakdown_bars_add_up_to_the_mean_step_time():
 
 
 def test_breakdown_without_timings_says_so():
-    assert plots.NO_BREAKDOWN in texts(plots.breakdown_figure(sweep(modes=("infer",))))
+    assert plots_time.NO_BREAKDOWN in texts(plots_time.breakdown_figure(sweep(modes=("infer",))))
 
 
 def write_search(path, limit=3000, mode="train", model="small_cnn"):
@@ -282,9 +287,9 @@ def test_memory_figure_marks_the_largest_batch_that_fits(tmp_path):
     summary = sweep(modes=("train", "infer"), sizes=(32, 64), oom=128)
     search = plots.read_maxbatch([write_search(tmp_path / "maxbatch" / "train" / "x.json")])
     assert list(search) == [("train", "small_cnn")]
-    fig = plots.peak_memory_figure(summary, search)
+    fig = plots_lines.peak_memory_figure(summary, search)
     infer, train = fig.axes
-    limits = [line for line in train.lines if line.get_label() == plots.LIMIT_LABEL]
+    limits = [line for line in train.lines if line.get_label() == plots_lines.LIMIT_LABEL]
     assert len(limits) == 1 and list(limits[0].get_xdata()) == [3000, 3000]
     assert "largest batch that fits: 3000" in [t.get_text() for t in train.texts]
     (trials,) = [line for line in train.lines if line.get_label() == "search trials that ran"]
@@ -292,10 +297,10 @@ def test_memory_figure_marks_the_largest_batch_that_fits(tmp_path):
     (misses,) = [c for c in train.collections if c.get_label() == "search trials that did not fit"]
     assert misses.get_offsets().tolist() == [[4096.0, 6600.0]]
     assert 3000 in train.get_xticks() and train.get_xlim()[1] > 4096
-    assert not [line for line in infer.lines if line.get_label() == plots.LIMIT_LABEL]
+    assert not [line for line in infer.lines if line.get_label() == plots_lines.LIMIT_LABEL]
     # without a search file nothing is drawn
-    plain = plots.peak_memory_figure(summary).axes[1]
-    assert not [line for line in plain.lines if line.get_label() == plots.LIMIT_LABEL]
+    plain = plots_lines.peak_memory_figure(summary).axes[1]
+    assert not [line for line in plain.lines if line.get_label() == plots_lines.LIMIT_LABEL]
 
 
 def test_search_files_are_matched_by_path_without_mode_keys(tmp_path):
@@ -308,7 +313,7 @@ def test_search_files_are_matched_by_path_without_mode_keys(tmp_path):
 
 def test_panel_without_successful_runs_still_shows_the_failures():
     summary = pd.DataFrame([run(batch_size=b, status="oom") for b in (512, 1024)])
-    fig = plots.peak_memory_figure(summary)
+    fig = plots_lines.peak_memory_figure(summary)
     found = texts(fig)
     assert "no successful runs" in found
     assert found.count("OOM") >= 2
@@ -323,13 +328,13 @@ def test_diverged_points_have_their_own_mark():
             run(batch_size=64, num_workers=2, status="diverged"),
         ]
     )
-    found = texts(plots.throughput_figure(summary))
+    found = texts(plots_lines.throughput_figure(summary))
     assert "diverged" in found
 
 
 def test_data_wait_heatmap_labels_oom_cells():
     summary = sweep(modes=("train",))
-    fig = plots.data_wait_figure(summary)
+    fig = plots_time.data_wait_figure(summary)
     ax = fig.axes[0]
     cell_texts = [t.get_text() for t in ax.texts]
     assert cell_texts.count("OOM") == 2  # batch 1024 x workers 0, 2
@@ -343,7 +348,7 @@ def test_loss_curves_show_phases_oom_and_divergence():
         [sweep(modes=("train",)), pd.DataFrame([run(batch_size=128, status="diverged")])],
         ignore_index=True,
     )
-    fig = plots.loss_curves_figure(curves_for(summary), summary)
+    fig = plots_loss.loss_curves_figure(curves_for(summary), summary)
     found = texts(fig)
     assert "OOM (no steps): batch size 1024" in found
     assert "bs 128 diverged" in found
@@ -368,27 +373,31 @@ def test_each_accumulation_value_gets_its_own_panels():
         "train / small_cnn (synthetic)",
         accumulated,
     ]
-    figures = [plots.throughput_figure(summary), plots.data_wait_figure(summary)]
+    figures = [plots_lines.throughput_figure(summary), plots_time.data_wait_figure(summary)]
     for fig in figures:
         assert [ax.get_title() for ax in fig.axes if ax.get_title()] == expected
-    loss = plots.loss_curves_figure(curves_for(summary), summary)
+    loss = plots_loss.loss_curves_figure(curves_for(summary), summary)
     assert [ax.get_title() for ax in loss.axes] == expected[1:]
     # the x axis stays the micro-batch size each run was given
     throughput = figures[0].axes[2]
     assert [t.get_text() for t in throughput.get_xticklabels()] == ["16", "64"]
 
 
-@pytest.mark.parametrize("figure", [plots.loss_curves_figure, plots.val_accuracy_figure])
+@pytest.mark.parametrize("figure", [plots_loss.loss_curves_figure, plots_lines.val_accuracy_figure])
 def test_train_figures_without_train_runs_say_so(figure):
     summary = sweep(modes=("infer",))
-    fig = figure(curves_for(summary)) if figure is plots.loss_curves_figure else figure(summary)
-    assert plots.NO_TRAIN_RUNS in texts(fig)
+    fig = (
+        figure(curves_for(summary)) if figure is plots_loss.loss_curves_figure else figure(summary)
+    )
+    assert plots_panels.NO_TRAIN_RUNS in texts(fig)
 
 
 def test_empty_sweep_gives_placeholders():
     empty = pd.DataFrame(columns=list(run()))
-    for fig in plots.all_figures(empty, pd.DataFrame(columns=[*plots.GRID_KEYS, "loss"])).values():
-        assert {plots.NO_RUNS, plots.NO_TRAIN_RUNS} & set(texts(fig))
+    for fig in plots.all_figures(
+        empty, pd.DataFrame(columns=[*results.GRID_KEYS, "loss"])
+    ).values():
+        assert {plots_panels.NO_RUNS, plots_panels.NO_TRAIN_RUNS} & set(texts(fig))
 
 
 def test_main_writes_every_png(tmp_path):
@@ -414,15 +423,13 @@ def test_main_writes_every_png(tmp_path):
 
 
 def test_throughput_draws_the_compute_only_ceiling_when_known():
-    from batchscope.report import plots
-
     summary = pd.DataFrame(
         {"mode": "infer", "model": "m", "dataset": "d", "batch_size": [8, 16], "num_workers": 0,
          "seed": 0, "status": "ok", "samples_per_s": [50.0, 80.0], "samples_per_s_iqr": 1.0,
          "noisy": False, "ceiling_samples_per_s": [200.0, 300.0]}
     )  # fmt: skip
-    fig = plots.throughput_figure(summary)
+    fig = plots_lines.throughput_figure(summary)
     lines = [ln for ln in fig.axes[0].get_lines() if "ceiling" in str(ln.get_label())]
     assert len(lines) == 1 and list(lines[0].get_ydata()) == [200.0, 300.0]
-    no_ceiling = plots.throughput_figure(summary.drop(columns="ceiling_samples_per_s"))
+    no_ceiling = plots_lines.throughput_figure(summary.drop(columns="ceiling_samples_per_s"))
     assert not [ln for ln in no_ceiling.axes[0].get_lines() if "ceiling" in str(ln.get_label())]

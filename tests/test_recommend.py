@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batchscope.report import recommend
+from batchscope.report import recommend, recommend_pages, recommend_target
 
 ENV = {"fingerprint": "0123456789ab", "torch": "2.14.1", "device_name": "Test GPU"}
 
@@ -257,11 +257,11 @@ def test_failed_and_missing_points_are_listed_not_dropped():
         "no log)."
     )
     assert rec["env_mismatch_runs"] == 0  # rows without a result have no fingerprint
-    text = recommend.render_markdown([rec], ENV)
+    text = recommend_pages.render_markdown([rec], ENV)
     assert "| 256 | 0 | 0 | failed | - |" in text
     assert "| 256 | 2 | 0 | missing | - |" in text
     assert "RuntimeError: CUDA error: an illegal access" in text
-    page = recommend.render_html([rec], ENV)
+    page = recommend_pages.render_html([rec], ENV)
     assert "<td>missing</td>" in page and "Not measured: 2 of 4 grid points" in page
 
 
@@ -302,7 +302,9 @@ def test_no_ok_point_says_so_plainly():
     assert rec["best"] is None and rec["largest_ok_batch_size"] is None
     assert rec["recommendation"].startswith("No grid point ran ok for train / small_cnn")
     assert "no recommendation" in rec["recommendation"]
-    assert "No grid point ran ok" in recommend.render_markdown(recommend.recommend(summary), ENV)
+    assert "No grid point ran ok" in recommend_pages.render_markdown(
+        recommend.recommend(summary), ENV
+    )
 
 
 def test_single_ok_point_has_no_runner_up():
@@ -319,7 +321,7 @@ def test_markdown_carries_environment_numbers_and_evidence():
             run(256, 4, status="oom", mode="infer"),
         ]
     )
-    text = recommend.render_markdown(recommend.recommend(summary), ENV)
+    text = recommend_pages.render_markdown(recommend.recommend(summary), ENV)
     assert "0123456789ab" in text and "Test GPU" in text and "2.14.1" in text
     assert "## infer / small_cnn (synthetic)" in text
     assert "Use batch_size=128, num_workers=4: 2345.6 samples/s" in text
@@ -332,7 +334,7 @@ def test_markdown_carries_environment_numbers_and_evidence():
 
 def test_html_is_a_standalone_page_with_the_same_content():
     summary = pd.DataFrame([run(64, 0, 1000.0), run(128, 0, 1600.0), run(256, 0, status="oom")])
-    page = recommend.render_html(recommend.recommend(summary), ENV)
+    page = recommend_pages.render_html(recommend.recommend(summary), ENV)
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<h2>train / small_cnn (synthetic)</h2>" in page
     assert "Use batch_size=128, num_workers=0: 1600.0 samples/s" in page
@@ -356,7 +358,7 @@ def test_main_writes_markdown_and_html(tmp_path):
 
 def test_empty_summary():
     assert recommend.recommend(pd.DataFrame()) == []
-    assert "No results in this sweep." in recommend.render_markdown([], ENV)
+    assert "No results in this sweep." in recommend_pages.render_markdown([], ENV)
 
 
 def test_best_that_failed_on_another_seed_carries_a_caution():
@@ -414,13 +416,13 @@ def convergence_sweep(step_time, seeds=(0, 1)) -> pd.DataFrame:
 def write_inputs(tmp_path, summary):
     """The summary, environment and convergence findings files main reads; argv without the
     findings, and the findings path."""
-    from batchscope.report import convergence_report
+    from batchscope.report import convergence_pages, convergence_report
 
     summary_csv, env_json = tmp_path / "summary.csv", tmp_path / "environment.json"
     summary.to_csv(summary_csv, index=False)
     env_json.write_text(json.dumps(ENV))
-    findings = tmp_path / "convergence" / convergence_report.FINDINGS
-    convergence_report.write_findings(convergence_report.analyse(summary), findings)
+    findings = tmp_path / "convergence" / convergence_pages.FINDINGS
+    convergence_pages.write_findings(convergence_report.analyse(summary), findings)
     argv = ["--summary", str(summary_csv), "--env", str(env_json)]
     argv += ["--markdown", str(tmp_path / "rec.md"), "--html", str(tmp_path / "rec.html")]
     return argv, findings
@@ -428,7 +430,7 @@ def write_inputs(tmp_path, summary):
 
 def ttt_part(markdown: str) -> str:
     """The time-to-target part of the markdown: from its heading to the evidence table."""
-    start = markdown.index(f"### {recommend.TIME_TO_TARGET}")
+    start = markdown.index(f"### {recommend_target.TIME_TO_TARGET}")
     return markdown[start : markdown.index("Evidence (every grid point):", start)]
 
 
@@ -454,7 +456,7 @@ def test_time_to_target_names_its_batch_and_lr_and_differs_from_throughput(tmp_p
     assert str(findings.with_name("convergence.html")) in part
     # the throughput pick is still the document's headline; the part comes with it
     assert f"Use batch_size={busiest}, num_workers=0" in markdown
-    assert f"<h3>{recommend.TIME_TO_TARGET}</h3>" in page
+    assert f"<h3>{recommend_target.TIME_TO_TARGET}</h3>" in page
     for paragraph in part.split("\n\n")[1:]:
         if paragraph.strip():
             assert f"<p>{html.escape(paragraph.strip())}</p>" in page
@@ -477,15 +479,15 @@ def test_time_to_target_is_absent_without_convergence_findings(tmp_path):
     )
     argv, findings = write_inputs(tmp_path, summary)
     assert recommend.main(argv) == 0
-    assert recommend.TIME_TO_TARGET not in (tmp_path / "rec.md").read_text()
-    assert recommend.TIME_TO_TARGET not in (tmp_path / "rec.html").read_text()
+    assert recommend_target.TIME_TO_TARGET not in (tmp_path / "rec.md").read_text()
+    assert recommend_target.TIME_TO_TARGET not in (tmp_path / "rec.html").read_text()
     assert all(rec["time_to_target"] is None for rec in recommend.recommend(summary))
     # with them, only the training group (the one the findings cover) gets the part
     assert recommend.main([*argv, "--convergence", str(findings)]) == 0
     markdown = (tmp_path / "rec.md").read_text()
-    assert markdown.count(f"### {recommend.TIME_TO_TARGET}") == 1
+    assert markdown.count(f"### {recommend_target.TIME_TO_TARGET}") == 1
     infer = markdown[markdown.index("## infer / small_cnn") : markdown.index("## train /")]
-    assert recommend.TIME_TO_TARGET not in infer
+    assert recommend_target.TIME_TO_TARGET not in infer
 
 
 def test_time_to_target_when_no_batch_size_reached_it_in_every_seed(tmp_path):

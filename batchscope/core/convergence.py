@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchscope.core.stats import t_critical
+from batchscope.core.stats import mean_ci
 
 # --------------------------------------------------------------------------------------------
 # 3. Steps, samples and seconds to a target
@@ -143,21 +143,14 @@ def summarize_seeds(results: Sequence[TargetResult], quantity: str = "steps") ->
         raise ValueError("summarize_seeds needs at least one seed's result")
     reached = [float(r.value(quantity)) for r in results if r.reached]
     censored = [r.value(quantity) if r.reached else r.budget(quantity) for r in results]
-    mean = ci95 = None
-    if reached:
-        mean = float(np.mean(reached))
-    if len(reached) >= 2:
-        half = (
-            t_critical(len(reached) - 1) * float(np.std(reached, ddof=1)) / math.sqrt(len(reached))
-        )
-        ci95 = (mean - half, mean + half)
+    mean, low, high = mean_ci(reached)
     return SeedSummary(
         quantity=quantity,
         n_seeds=len(results),
         n_reached=len(reached),
         n_not_reached=len(results) - len(reached),
-        mean=mean,
-        ci95=ci95,
+        mean=mean if reached else None,
+        ci95=(low, high) if len(reached) >= 2 else None,
         mean_lower_bound=float(np.mean(censored)),
         values=tuple(reached),
     )

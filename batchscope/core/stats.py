@@ -1,8 +1,50 @@
-"""Small statistics that need neither torch nor scipy (the reporting side imports them)."""
+"""Small statistics that need neither torch nor scipy (the reporting side imports them).
+
+``mean_ci`` is the one confidence interval of a mean over seeds that every floor uses: the
+summary's points table, the figures' error bars, the convergence report and
+``batchscope.core.convergence.summarize_seeds``. NumPy only, no pandas: the benchmark
+environment has no pandas.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+
+def mean_ci(values: Iterable[Any], confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of the finite numbers among ``values``, the interval two-sided
+    Student t at ``confidence``: mean ± t_critical(n − 1) · s/√n with s the sample standard
+    deviation (ddof 1).
+
+    Anything that is not a finite number (None, NaN, ±inf, text that does not parse) is left
+    out. The interval is NaN with fewer than two values, everything NaN with none.
+    """
+    data = _finite(values)
+    n = len(data)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(data.mean())
+    if n < 2:
+        return mean, math.nan, math.nan
+    half = t_critical(n - 1, confidence) * float(data.std(ddof=1)) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def _finite(values: Iterable[Any]) -> np.ndarray:
+    """The values that are finite numbers, as floats, in order."""
+    numbers = []
+    for value in values:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            numbers.append(number)
+    return np.asarray(numbers, dtype=float)
 
 
 def t_critical(df: int, confidence: float = 0.95) -> float:

@@ -42,6 +42,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import results
+from batchscope.core.stats import mean_ci
 
 #: The columns a reader looks at first, in this order; every other result key follows.
 FIRST_COLUMNS = (
@@ -80,9 +81,6 @@ ABSENT_STATUSES = (MISSING, FAILED)
 
 #: ``stall_removed_by_workers`` of an input-bound point that no larger worker count fixed.
 NO_WORKERS = "none"
-
-#: Confidence of the intervals over seeds.
-CONFIDENCE = 0.95
 
 #: Points-table metrics given as mean and confidence interval over the ok seeds.
 CI_METRICS = ("samples_per_s", "val_accuracy", "final_loss")
@@ -303,25 +301,6 @@ def collect(
     model, batch_size, num_workers, seed. Duplicate grid points raise ``ValueError``."""
     records = [result for _, result in read_results(result_paths)]
     return _summary_frame([*records, *absent])
-
-
-def mean_ci(values: Iterable[Any], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """Mean and two-sided Student-t confidence interval of the finite ``values``:
-    ``(mean, low, high)``; the interval is NaN with fewer than two values, all NaN with none."""
-    series = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").astype(float)
-    series = series[series.map(math.isfinite)]
-    n = len(series)
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(series.mean())
-    if n < 2:
-        return mean, math.nan, math.nan
-    # imported here: convergence imports torch at module level, which the report env has not;
-    # only a sweep with several seeds per point gets this far.
-    from batchscope.core.stats import t_critical
-
-    half = t_critical(n - 1, confidence) * float(series.std(ddof=1)) / math.sqrt(n)
-    return mean, mean - half, mean + half
 
 
 def _mean_name(column: str) -> str:

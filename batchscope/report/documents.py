@@ -1,10 +1,13 @@
 """The pieces the recommendation and the convergence report share to write their documents: a
-Markdown table and a standalone HTML page. Plain pandas, no plotting and no torch."""
+Markdown table, a standalone HTML page, and how a sample count, a list of batch sizes and a
+learning rate read in their text. Plain pandas, no plotting and no torch."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -42,3 +45,37 @@ def html_page(title: str, body: Iterable[str]) -> str:
         f"<style>{CSS}</style></head><body>",
     ]
     return "\n".join([*head, *body, "</body></html>"]) + "\n"
+
+
+def samples_text(value: float | None) -> str:
+    """A sample count (a batch size, B_simple, a knee) for text: whole from 10 up, two
+    significant digits below; ∞ for +inf or None (an open bound, which JSON stores as null),
+    – for NaN or −inf."""
+    if value is None:
+        return "∞"
+    if not math.isfinite(value):
+        return "∞" if value > 0 else "–"
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2g}"
+
+
+def sizes_text(sizes: Iterable[Any]) -> str:
+    """Batch sizes for text: ``16, 32, 64``."""
+    return ", ".join(str(int(s)) for s in sizes)
+
+
+def lr_text(entry: Mapping[str, Any]) -> str:
+    """The learning rate of a batch size (``lr``), and how it was scaled from ``base_lr`` when
+    ``lr_scaling`` scaled it: ``0.1 (linear scaling of base lr 0.05)``; ``unknown`` without one."""
+    lr = entry.get("lr")
+    if _missing(lr):
+        return "unknown"
+    text = f"{lr:.4g}"
+    scaling, base = entry.get("lr_scaling"), entry.get("base_lr")
+    if scaling and scaling != "none" and not _missing(base):
+        text += f" ({scaling} scaling of base lr {base:.4g})"
+    return text
+
+
+def _missing(value: Any) -> bool:
+    """None or NaN (a table's empty cell)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -1,0 +1,222 @@
+"""The recommendation's words: its sentence (the best configuration, compared with the runner-up
+against the measured spread) and its notes (failures, the largest batch that ran, the
+diagnosis, compute, noise, model quality, the environment).
+
+The runner-up is "within noise" when its gap to the best is smaller than the larger of the two
+spreads (``batchscope.report.recommend_points`` says how a spread is measured). Plain Python:
+no plotting, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from batchscope.report import aggregate
+from batchscope.report.recommend_points import SPREAD_SOURCES
+
+#: Spread (%) above which a measurement is called noisy (STYLE: IQR over 10% of the median).
+NOISY_PCT = 10.0
+
+#: Error messages (a CUDA OOM message is long) are cut to this many characters in the text.
+ERROR_CHARS = 80
+
+
+def short_error(error: str) -> str:
+    """``error`` cut to ERROR_CHARS characters, ending in "..." when cut."""
+    return error if len(error) <= ERROR_CHARS else error[: ERROR_CHARS - 3] + "..."
+
+
+def config_text(point: Mapping[str, Any]) -> str:
+    """A configuration as the text names it: ``batch_size=64, num_workers=2``."""
+    return f"batch_size={point['batch_size']}, num_workers={point['num_workers']}"
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}%"
+
+
+def _seed_text(point: Mapping[str, Any]) -> str:
+    spread = point["spread_pct"]
+    if point["n_seeds"] >= 2:
+        if point["samples_per_s_ci95_low"] is None:
+            return f"mean of {point['n_seeds']} seeds"
+        return (
+            f"mean of {point['n_seeds']} seeds, 95% CI {point['samples_per_s_ci95_low']:.1f}"
+            f"-{point['samples_per_s_ci95_high']:.1f} samples/s (±{_pct(spread)})"
+        )
+    if point["spread_source"] == "window_iqr":
+        return f"1 seed, median of the measurement windows, IQR {_pct(spread)} of the median"
+    if point["spread_source"] == "step_iqr":
+        return f"1 seed, step-time IQR {_pct(spread)} of the median"
+    return "1 seed, one measurement window: spread unknown"
+
+
+def _sources(*points: Mapping[str, Any] | None) -> str:
+    names = [SPREAD_SOURCES[p["spread_source"]] for p in points if p and p["spread_source"]]
+    return " and ".join(dict.fromkeys(names))
+
+
+def sentence(rec: Mapping[str, Any]) -> str:
+    """The one-sentence recommendation (two when the runner-up needs comparing)."""
+    best, runner = rec["best"], rec["runner_up"]
+    if best is None:
+        statuses = [p["status"] for p in rec["absent_points"]]
+        return (
+            f"No grid point ran ok for {rec['mode']} / {rec['model']} "
+            f"({rec['n_runs']} runs: {len(rec['oom_batch_sizes'])} batch size(s) hit OOM, "
+            f"{len(rec['diverged_batch_sizes'])} diverged, {statuses.count('failed')} run(s) "
+            f"failed, {statuses.count('missing')} missing), so there is no recommendation."
+        )
+    text = f"Use {config_text(best)}: {best['samples_per_s']:.1f} samples/s ({_seed_text(best)})."
+    if runner is None:
+        return text + " It is the only configuration that ran ok, so nothing was compared."
+    versus = f"the runner-up ({config_text(runner)}, {runner['samples_per_s']:.1f} samples/s)"
+    if rec["within_noise"] is None:
+        return text + f" It is {rec['gap_pct']:.1f}% faster than {versus}; spread unknown."
+    sources = _sources(best, runner)
+    if rec["within_noise"]:
+        return text + (
+            f" But {versus} is within noise: the gap of {rec['gap_pct']:.1f}% is smaller than "
+            f"the measured spread of {rec['noise_pct']:.1f}% ({sources}), so treat them as equal."
+        )
+    return text + (
+        f" It is {rec['gap_pct']:.1f}% faster than {versus}, more than the measured spread "
+        f"of {rec['noise_pct']:.1f}% ({sources})."
+    )
+
+
+def _quality(point: Mapping[str, Any]) -> str:
+    acc, loss = point.get("val_accuracy"), point.get("final_loss")
+    acc_text = "n/a" if acc is None else f"{acc:.3f}"
+    loss_text = "n/a" if loss is None else f"{loss:.4f}"
+    return f"validation accuracy {acc_text}, final loss {loss_text}"
+
+
+def _diagnosis(rec: Mapping[str, Any]) -> str:
+    """What limits the recommended point, and which worker count removed an input stall."""
+    best = rec["best"]
+    wait, limit = best["data_wait_frac"], aggregate.INPUT_BOUND_FRAC
+    if best["bound"] is None:
+        return "Diagnosis: unknown (no data wait measured)."
+    if best["bound"] == "input":
+        text = (
+            f"Diagnosis: input-bound (data wait {wait:.3f} of the step time, over {limit:g}): "
+            "the model waits for the input pipeline"
+        )
+        fixed = best["stall_removed_by_workers"]
+        if fixed == aggregate.NO_WORKERS or fixed is None:
+            return text + "; no larger worker count measured removed the stall (more workers "
+            "or a cheaper input pipeline may help)."
+        return text + f"; num_workers={fixed} removed the stall at this batch size."
+    text = f"Diagnosis: compute-bound (data wait {wait:.3f} of the step time, at most {limit:g})"
+    fixes = rec["stall_fixes"]
+    if fixes:
+        before = ", ".join(
+            f"num_workers={p['num_workers']} (data wait {p['data_wait_frac']:.3f})" for p in fixes
+        )
+        verb = "was" if len(fixes) == 1 else "were"
+        return text + (
+            f"; at this batch size {before} {verb} input-bound, and "
+            f"num_workers={best['num_workers']} removed the stall."
+        )
+    return text + "."
+
+
+def _compute_note(best: Mapping[str, Any]) -> str | None:
+    """Achieved TFLOP/s and model FLOPs utilisation at the recommended point, when measured."""
+    achieved, mfu = best.get("achieved_tflops"), best.get("mfu")
+    if achieved is None and mfu is None:
+        return None
+    parts = []
+    if achieved is not None:
+        parts.append(f"{achieved:.3g} TFLOP/s achieved")
+    if mfu is not None:
+        peak = best.get("peak_tflops")
+        of_peak = f" of the {peak:.3g} TFLOP/s peak" if peak is not None else ""
+        parts.append(f"MFU {100 * mfu:.1f}%{of_peak}")
+    return "Compute at the recommended point: " + ", ".join(parts) + "."
+
+
+def _absent_note(rec: Mapping[str, Any]) -> str | None:
+    """One sentence listing the grid points without a result, with each one's error."""
+    absent = rec["absent_points"]
+    if not absent:
+        return None
+    items = []
+    for point in absent:
+        item = (
+            f"batch_size={point['batch_size']}, num_workers={point['num_workers']}, "
+            f"seed {point['seed']}: {point['status']}"
+        )
+        error = point["error"]
+        if error:
+            item += f" ({short_error(error)})"
+        elif point["status"] == aggregate.MISSING:
+            item += " (no result, no log)"
+        items.append(item)
+    return (
+        f"Not measured: {len(absent)} of {rec['n_runs']} grid points failed or are missing, so "
+        f"the recommendation is among those that finished: {'; '.join(items)}."
+    )
+
+
+def notes(rec: Mapping[str, Any]) -> list[str]:
+    """Supporting facts, one sentence each."""
+    found = []
+    absent = _absent_note(rec)
+    if absent:
+        found.append(absent)
+    largest = rec["largest_ok_batch_size"]
+    found.append(
+        f"Largest batch size that ran ok: {largest}." if largest else "No batch size ran ok."
+    )
+    for status, label in (("oom", "Out of memory (OOM)"), ("diverged", "Diverged")):
+        sizes = rec[f"{status}_batch_sizes"]
+        if sizes:
+            found.append(f"{label} at batch size(s): {', '.join(str(s) for s in sizes)}.")
+    best = rec["best"]
+    if best:
+        found += _best_notes(rec)
+    top = rec["best_accuracy"]
+    if top:
+        slower = 100 * (1 - top["samples_per_s"] / best["samples_per_s"])
+        found.append(
+            f"Best validation accuracy is at {config_text(top)}: {_quality(top)}; "
+            f"{top['samples_per_s']:.1f} samples/s, {slower:.1f}% slower than the recommended "
+            "point."
+        )
+    if rec["env_mismatch_runs"]:
+        found.append(
+            f"{rec['env_mismatch_runs']} run(s) were measured in another environment than the "
+            "captured one (env fingerprint differs)."
+        )
+    return found
+
+
+def _best_notes(rec: Mapping[str, Any]) -> list[str]:
+    """What was measured at the recommended point: memory, data wait, the diagnosis, compute,
+    other seeds that failed, a noisy spread, and (training) model quality."""
+    best = rec["best"]
+    mem = "n/a" if best["peak_mem_mb"] is None else f"{best['peak_mem_mb']:.0f} MB"
+    wait = best["data_wait_frac"]
+    wait_text = "n/a" if wait is None else f"{wait:.3f} of the step time"
+    found = [f"At the recommended point: peak memory {mem}, data wait {wait_text}."]
+    found.append(_diagnosis(rec))
+    compute = _compute_note(best)
+    if compute:
+        found.append(compute)
+    if best["n_failed"]:
+        found.append(
+            f"Caution: {best['n_failed']} other run(s) of the recommended configuration "
+            "(other seeds) did not finish ok; see the evidence table."
+        )
+    if best["spread_pct"] is not None and best["spread_pct"] > NOISY_PCT:
+        found.append(
+            f"Its spread ({best['spread_pct']:.1f}%, {SPREAD_SOURCES[best['spread_source']]}) "
+            f"is over {NOISY_PCT:.0f}%: a noisy measurement; more measured steps or seeds "
+            "would firm it up."
+        )
+    if rec["mode"] == "train":
+        found.append(f"Model quality at the recommended point: {_quality(best)}.")
+    return found
