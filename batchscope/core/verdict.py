@@ -1,0 +1,536 @@
+"""Which grid point wins, decided across independent rounds (numpy and the standard library only).
+
+Every grid point is measured in several *rounds*, each a fresh process; a point's evidence is
+its list of per-round throughputs (samples/s). Windows inside one process share that process's
+luck (allocator state, clocks, CPU placement), so they are never treated as rounds here: a
+point with one round has one number, however many windows that round averaged.
+
+Statistics, all on the log of throughput (run-to-run noise is multiplicative, and a difference
+of logs is a ratio):
+
+* :func:`point_stats`: median over rounds; a 95% Student-t interval of the mean of log
+  throughput, back-transformed (under a log-normal model exp(mean of logs) is the population
+  median, so this interval brackets the median; a distribution-free order-statistic interval
+  for the median needs at least 6 rounds to reach 95%, more than a sweep can usually afford);
+  run-to-run CV = std(ddof=1) / mean of the per-round values.
+* :func:`welch_log_test`: Welch's t on log throughput, one-sided "is the leader faster?", with
+  Welch-Satterthwaite degrees of freedom and the Student t tail from the regularized
+  incomplete beta function (:func:`betainc`, a modified-Lentz continued fraction).
+* :func:`decide`: the leader is the point with the highest median. Because the leader is
+  chosen from the same data, the one-sided p of "leader faster than X" is doubled (a
+  directional two-sided test); without that, two identical points would be called
+  "separated" about twice as often as with it. The m = k - 1 doubled p-values are adjusted with
+  Holm-Bonferroni; the tie set is the leader and every point whose adjusted p exceeds level.
+* :func:`detectable_diff`: with s the pooled sd of log throughput (about the run-to-run CV),
+  n rounds per point, df = 2(n - 1), the smallest relative difference found with the given
+  power at Holm's strictest step is ``exp((t_{1-level/(2m),df} + t_{power,df}) * s *
+  sqrt(2/n)) - 1``. :func:`rounds_needed` solves the same formula for n.
+
+The verdict is "separated" when the tie set is the leader alone, "tie" when it holds more, and
+"too_noisy" when some point has fewer than 2 rounds: no spread across rounds can be measured,
+so no test is run and every point is in the tie set. (A large CV with 2 or more rounds is not
+"too_noisy": the test is still valid and returns a tie; ``detectable_diff_frac`` says how
+coarse it was.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: What ``Verdict.test`` and the recommendation's ``test`` say was done.
+TEST_NAME = "welch_log_t_directional_holm"
+#: Bumped whenever a key of ``results/recommendation.json`` changes meaning.
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).with_name("recommendation_schema.json")
+VERDICTS = ("separated", "tie", "too_noisy")
+#: Least memory, then fewest workers, then highest median ("-" = highest first).
+DEFAULT_RULE = ("peak_mem_mb", "num_workers", "-median_samples_per_s")
+#: Power the detectable difference and the rounds to separate are computed for.
+POWER = 0.8
+#: Beyond this many rounds a difference counts as indistinguishable (rounds_needed -> None).
+MAX_ROUNDS = 10_000
+
+_TINY = 1e-300
+_EPS = 1e-15
+_LABELS = {
+    "peak_mem_mb": ("least peak memory", "most peak memory"),
+    "num_workers": ("fewest DataLoader workers", "most DataLoader workers"),
+    "batch_size": ("smallest batch", "largest batch"),
+    "median_samples_per_s": ("lowest median throughput", "highest median throughput"),
+}
+
+
+# ---------------------------------------------------------------- Student t without scipy
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of I_x(a, b), evaluated with the modified Lentz method.
+
+    1 / (1 + d1 / (1 + d2 / (1 + ...))) with d_{2j+1} = -(a+j)(a+b+j) x / ((a+2j)(a+2j+1))
+    and d_{2j} = j (b-j) x / ((a+2j-1)(a+2j)); converges fast for x < (a+1)/(a+b+2).
+    """
+    f, c, d = _TINY, _TINY, 0.0
+    for i in range(1, 20_000):
+        if i == 1:
+            numerator = 1.0
+        else:
+            j, odd = divmod(i - 1, 2)
+            if odd:  # d_{2j+1}
+                numerator = -(a + j) * (a + b + j) * x / ((a + 2 * j) * (a + 2 * j + 1))
+            else:  # d_{2j}
+                numerator = j * (b - j) * x / ((a + 2 * j - 1) * (a + 2 * j))
+        d = 1.0 + numerator * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + numerator / c
+        c = c if abs(c) > _TINY else _TINY
+        f *= c * d
+        if abs(c * d - 1.0) < _EPS:
+            return f
+    raise ArithmeticError(f"incomplete beta did not converge for a={a}, b={b}, x={x}")
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) = B(x; a, b) / B(a, b), for a, b > 0."""
+    return _betainc(a, b, x, 1.0 - x)
+
+
+def _betainc(a: float, b: float, x: float, y: float) -> float:
+    """I_x(a, b) given y = 1 - x as well, so a caller can pass a y that x would round away."""
+    if a <= 0 or b <= 0:
+        raise ValueError(f"need a, b > 0, got a={a}, b={b}")
+    if x <= 0.0:
+        return 0.0
+    if y <= 0.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+    log_front += b * math.log(y)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, y) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` > 0 degrees of freedom (df need not be whole).
+
+    Uses P(|T| > |t|) = I_{df/(df+t^2)}(df/2, 1/2).
+    """
+    if df <= 0 or math.isnan(t):
+        raise ValueError(f"need df > 0 and a number t, got df={df}, t={t}")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _betainc(0.5 * df, 0.5, df / (df + t * t), t * t / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def _t_density(t: float, df: float) -> float:
+    log_c = math.lgamma(0.5 * (df + 1)) - math.lgamma(0.5 * df) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_c - 0.5 * (df + 1) * math.log1p(t * t / df))
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p (df need not be whole): Newton steps on :func:`t_sf`, kept
+    inside a bracket that halves whenever a step would leave it."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"need 0 < p < 1, got {p}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    tail = 1.0 - p
+    lo, hi = 0.0, 1.0
+    while t_sf(hi, df) > tail:
+        lo, hi = hi, 2.0 * hi
+    t = 0.5 * (lo + hi)
+    for _ in range(200):
+        excess = t_sf(t, df) - tail  # > 0: t is too small
+        if excess == 0.0:
+            return t
+        lo, hi = (t, hi) if excess > 0 else (lo, t)
+        new = t + excess / _t_density(t, df)
+        if not lo < new < hi:
+            new = 0.5 * (lo + hi)
+        if abs(new - t) <= 1e-14 * new:
+            return new
+        t = new
+    return t
+
+
+# ---------------------------------------------------------------- one point, two points
+
+
+def _rounds(values: Iterable[float]) -> np.ndarray:
+    x = np.asarray(list(values), dtype=float)
+    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)) or np.any(x <= 0):
+        raise ValueError(f"need one or more positive finite throughputs, got {values!r}")
+    return x
+
+
+def point_stats(values: Iterable[float]) -> dict[str, Any]:
+    """Median, 95% interval, run-to-run CV and round count of one point's per-round throughputs.
+
+    ``ci_low``/``ci_high``: exp(mean(log x) -/+ t_{0.975, n-1} sd(log x) / sqrt(n)), the t
+    interval of the mean of log throughput, back-transformed (see the module docstring for why
+    not an order-statistic interval). ``cv``: std(x, ddof=1) / mean(x). With one round the
+    interval, ``cv`` and ``sd_log`` are None. ``mean_log``/``sd_log`` feed the tests.
+    """
+    x = _rounds(values)
+    n = int(x.size)
+    logs = np.log(x)
+    out: dict[str, Any] = {
+        "n_rounds": n,
+        "median": float(np.median(x)),
+        "mean_log": float(logs.mean()),
+        "sd_log": None,
+        "ci_low": None,
+        "ci_high": None,
+        "cv": None,
+    }
+    if n >= 2:
+        sd_log = float(logs.std(ddof=1))
+        half = t_quantile(0.975, n - 1) * sd_log / math.sqrt(n)
+        out["sd_log"] = sd_log
+        out["ci_low"] = math.exp(out["mean_log"] - half)
+        out["ci_high"] = math.exp(out["mean_log"] + half)
+        out["cv"] = float(x.std(ddof=1) / x.mean())
+    return out
+
+
+@dataclass(frozen=True)
+class WelchResult:
+    """Welch's t on log throughput; ``p_value`` is one-sided, H1: the leader is faster."""
+
+    t: float
+    df: float
+    p_value: float
+    diff_log: float  # mean(log leader) - mean(log other)
+
+
+def welch_log_test(leader: Iterable[float], other: Iterable[float]) -> WelchResult:
+    """Welch's one-sided t-test of "leader is faster than other" on per-round log throughput.
+
+    t = (mean(log a) - mean(log b)) / se, se^2 = s_a^2/n_a + s_b^2/n_b, and the
+    Welch-Satterthwaite df = se^4 / ((s_a^2/n_a)^2/(n_a-1) + (s_b^2/n_b)^2/(n_b-1)).
+    Needs 2+ rounds each. If both spreads are exactly zero, p is 0 when the leader is ahead
+    and 1 otherwise.
+    """
+    a, b = np.log(_rounds(leader)), np.log(_rounds(other))
+    if a.size < 2 or b.size < 2:
+        raise ValueError("Welch's test needs at least 2 rounds per point")
+    diff = float(a.mean() - b.mean())
+    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
+    se2 = va + vb
+    if se2 == 0.0:
+        return WelchResult(math.copysign(math.inf, diff), math.inf, 0.0 if diff > 0 else 1.0, diff)
+    df = se2 * se2 / (va * va / (a.size - 1) + vb * vb / (b.size - 1))
+    t = diff / math.sqrt(se2)
+    return WelchResult(t, df, t_sf(t, df), diff)
+
+
+def holm(p_values: Mapping[Hashable, float]) -> dict[Hashable, float]:
+    """Holm-Bonferroni adjusted p-values: max over j <= i of min(1, (m - j + 1) p_(j))."""
+    m = len(p_values)
+    adjusted, running = {}, 0.0
+    for rank, key in enumerate(sorted(p_values, key=p_values.__getitem__)):
+        running = max(running, min(1.0, (m - rank) * p_values[key]))
+        adjusted[key] = running
+    return {key: adjusted[key] for key in p_values}
+
+
+# ---------------------------------------------------------------- power
+
+
+def detectable_diff(
+    sd_log: float, n: int, m: int, level: float = 0.05, power: float = POWER
+) -> float:
+    """Smallest relative difference n rounds per point detect with ``power`` among m comparisons.
+
+    exp((t_{1-level/(2m), 2(n-1)} + t_{power, 2(n-1)}) * sd_log * sqrt(2/n)) - 1: the doubled
+    one-sided test at Holm's strictest step, df of Welch's test for equal n and spread.
+    """
+    if n < 2 or m < 1:
+        raise ValueError(f"need n >= 2 rounds and m >= 1 comparisons, got n={n}, m={m}")
+    df = 2 * (n - 1)
+    t_sum = t_quantile(1.0 - level / (2 * m), df) + t_quantile(power, df)
+    return math.expm1(t_sum * sd_log * math.sqrt(2.0 / n))
+
+
+def rounds_needed(
+    diff_frac: float, sd_log: float, m: int, level: float = 0.05, power: float = POWER
+) -> int | None:
+    """Fewest rounds per point whose :func:`detectable_diff` is at most ``diff_frac``.
+
+    None when ``diff_frac`` <= 0 (nothing to separate) or more than MAX_ROUNDS would be needed.
+    """
+    if diff_frac <= 0 or detectable_diff(sd_log, MAX_ROUNDS, m, level, power) > diff_frac:
+        return None
+    lo, hi = 1, 2  # detectable(lo) > diff_frac (or lo too small), detectable(hi) <= diff_frac
+    while detectable_diff(sd_log, hi, m, level, power) > diff_frac:
+        lo, hi = hi, min(2 * hi, MAX_ROUNDS)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if detectable_diff(sd_log, mid, m, level, power) <= diff_frac:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`decide` found. Keys are the caller's point keys; tie_set starts with the
+    leader, then the rest by median, highest first. ``p_values`` are Holm-adjusted (None for
+    the leader, and for all when too_noisy); ``raw_p_values`` the doubled one-sided p before
+    adjustment. ``rounds_to_separate`` covers the tie set except the leader."""
+
+    leader: Hashable
+    tie_set: tuple[Hashable, ...]
+    verdict: str
+    test: str
+    level: float
+    n_rounds: int
+    p_values: dict[Hashable, float | None]
+    raw_p_values: dict[Hashable, float | None]
+    stats: dict[Hashable, dict[str, Any]]
+    detectable_diff_frac: float | None
+    rounds_to_separate: dict[Hashable, int | None]
+
+
+def _compare(points: Mapping[Hashable, Iterable[float]], level: float):
+    """Stats per point, the leader, all keys by median (highest first), raw and Holm p."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"need 0 < level < 1, got {level}")
+    if not points:
+        raise ValueError("need at least one point")
+    values = {key: _rounds(v) for key, v in points.items()}
+    stats = {key: point_stats(v) for key, v in values.items()}
+    order = sorted(stats, key=lambda k: (-stats[k]["median"], -stats[k]["mean_log"]))
+    leader = order[0]
+    raw: dict[Hashable, float | None] = {key: None for key in order}
+    adjusted = dict(raw)
+    if min(s["n_rounds"] for s in stats.values()) >= 2 and len(order) > 1:
+        doubled = {
+            key: min(1.0, 2.0 * welch_log_test(values[leader], values[key]).p_value)
+            for key in order[1:]
+        }
+        raw.update(doubled)
+        adjusted.update(holm(doubled))
+    return stats, order, raw, adjusted
+
+
+def _pooled_sd_log(stats: Iterable[Mapping[str, Any]]) -> float:
+    dfs = [(s["n_rounds"] - 1, s["sd_log"]) for s in stats]
+    return math.sqrt(sum(df * sd * sd for df, sd in dfs) / sum(df for df, _ in dfs))
+
+
+def decide(points: Mapping[Hashable, Iterable[float]], level: float = 0.05) -> Verdict:
+    """The leader, the points not significantly slower than it (Holm over the comparisons
+    with the leader at ``level``) and the verdict. ``points`` maps a key to per-round
+    throughputs (one number per fresh process, never within-process windows)."""
+    stats, order, raw, adjusted = _compare(points, level)
+    leader, m = order[0], len(order) - 1
+    n_rounds = min(s["n_rounds"] for s in stats.values())
+    common = dict(
+        leader=leader,
+        test=TEST_NAME,
+        level=level,
+        n_rounds=n_rounds,
+        p_values=adjusted,
+        raw_p_values=raw,
+        stats=stats,
+    )
+    if n_rounds < 2:
+        return Verdict(
+            **common,
+            tie_set=tuple(order),
+            verdict="too_noisy",
+            detectable_diff_frac=None,
+            rounds_to_separate={key: None for key in order[1:]},
+        )
+    tie_set = (leader, *[key for key in order[1:] if adjusted[key] > level])
+    detectable = detectable_diff(_pooled_sd_log(stats.values()), n_rounds, m, level) if m else None
+    rounds = {}
+    for key in tie_set[1:]:
+        a, b = stats[leader], stats[key]
+        pair_sd = math.sqrt(0.5 * (a["sd_log"] ** 2 + b["sd_log"] ** 2))
+        observed = math.expm1(a["mean_log"] - b["mean_log"])
+        rounds[key] = rounds_needed(observed, pair_sd, m, level)
+    return Verdict(
+        **common,
+        tie_set=tie_set,
+        verdict="separated" if len(tie_set) == 1 else "tie",
+        detectable_diff_frac=detectable,
+        rounds_to_separate=rounds,
+    )
+
+
+def eliminated(
+    points: Mapping[Hashable, Iterable[float]], level: float = 0.05, *, looks: int = 1
+) -> set[Hashable]:
+    """Points significantly slower than the leader now: the ones a race may stop measuring.
+
+    The test of :func:`decide` at ``level / looks``: a race that looks after each of up to
+    ``looks`` rounds splits ``level`` over them (Bonferroni over looks). A smaller level rejects
+    a subset, so nothing eliminated is in the tie set ``decide`` gives on the same data; with
+    fewer than 2 rounds for some point nothing is eliminated.
+    """
+    if looks < 1:
+        raise ValueError(f"need looks >= 1, got {looks}")
+    _, order, _, adjusted = _compare(points, level / looks)
+    return {
+        key for key in order[1:] if adjusted[key] is not None and adjusted[key] <= level / looks
+    }
+
+
+# ---------------------------------------------------------------- picking from the tie set
+
+
+def _criterion(name: str) -> tuple[str, bool]:
+    return (name[1:], True) if name.startswith("-") else (name, False)
+
+
+def _sort_value(row: Mapping[str, Any], column: str, descending: bool) -> tuple[int, float]:
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return (1, 0.0)  # missing values sort last either way
+    return (0, -float(value) if descending else float(value))
+
+
+def describe(row: Mapping[str, Any], key: Hashable) -> str:
+    """'batch_size=64, num_workers=2' from a row, or the key itself when the row lacks them."""
+    if "batch_size" in row and "num_workers" in row:
+        return f"batch_size={row['batch_size']}, num_workers={row['num_workers']}"
+    return repr(key)
+
+
+def pick(
+    tie_set: Sequence[Hashable],
+    rows: Mapping[Hashable, Mapping[str, Any]],
+    rule: Sequence[str] = DEFAULT_RULE,
+) -> tuple[Hashable, str]:
+    """One point from the tie set by ``rule``, and a one-sentence reason.
+
+    Each criterion is a column of ``rows[key]`` (lowest first; "-column" = highest first;
+    missing or NaN values last). Criteria apply in turn to the points still tied; if all
+    tie, the first of ``tie_set`` in order (the leader first) is taken.
+    """
+    if not tie_set:
+        raise ValueError("the tie set is empty")
+    candidates, deciding = list(tie_set), []
+    for name in rule:
+        column, descending = _criterion(name)
+        best = min(_sort_value(rows[k], column, descending) for k in candidates)
+        narrowed = [k for k in candidates if _sort_value(rows[k], column, descending) == best]
+        if len(narrowed) < len(candidates):
+            label = _LABELS.get(column, (f"lowest {column}", f"highest {column}"))[descending]
+            deciding.append(f"{label} ({column}={rows[narrowed[0]].get(column)})")
+        candidates = narrowed
+        if len(candidates) == 1:
+            break
+    choice = candidates[0]
+    name = describe(rows[choice], choice)
+    if len(tie_set) == 1:
+        return choice, f"{name} is the only point in the tie set."
+    if len(candidates) > 1:
+        deciding.append("order of median throughput")
+    why = ", then ".join(deciding)
+    return choice, f"{name} is picked from the {len(tie_set)} tied points by {why}."
+
+
+# ---------------------------------------------------------------- results/recommendation.json
+
+
+def _grid(row: Mapping[str, Any]) -> dict[str, int]:
+    return {"batch_size": int(row["batch_size"]), "num_workers": int(row["num_workers"])}
+
+
+def _verdict_sentence(v: Verdict) -> str:
+    if v.verdict == "too_noisy":
+        return (
+            f"Too noisy: some point has {v.n_rounds} round, and a test needs 2 or more "
+            "fresh-process rounds per point, so every point is in the tie set."
+        )
+    tested = (
+        f"Welch t on log throughput, at least {v.n_rounds} rounds per point, "
+        f"Holm-adjusted at level {v.level}"
+    )
+    if v.verdict == "separated":
+        return f"Separated: the leader is faster than every other point ({tested})."
+    return f"Tie: {len(v.tie_set)} points are not significantly slower than the leader ({tested})."
+
+
+def to_answer(
+    verdict: Verdict,
+    rows: Mapping[Hashable, Mapping[str, Any]],
+    *,
+    mode: str,
+    model: str,
+    accumulation_steps: int,
+    rule: Sequence[str] = DEFAULT_RULE,
+    dataset: str | None = None,
+) -> dict[str, Any]:
+    """One entry of ``answers`` in ``results/recommendation.json`` (recommendation_schema.json).
+
+    ``rows[key]`` gives each point's batch_size, num_workers and what ``rule`` names (the
+    median throughput comes from the verdict when the row lacks it).
+    """
+    merged = {
+        key: {"median_samples_per_s": verdict.stats[key]["median"], **rows[key]}
+        for key in verdict.tie_set
+    }
+    choice, pick_reason = pick(verdict.tie_set, merged, rule)
+    members = []
+    for key in verdict.tie_set:
+        s = verdict.stats[key]
+        members.append(
+            {
+                **_grid(merged[key]),
+                "median_samples_per_s": s["median"],
+                "ci_low": s["ci_low"],
+                "ci_high": s["ci_high"],
+                "cv": s["cv"],
+                "n_rounds": s["n_rounds"],
+                "p_value_vs_best": verdict.p_values[key],
+            }
+        )
+    answer: dict[str, Any] = {"mode": mode, "model": model}
+    if dataset is not None:
+        answer["dataset"] = dataset
+    answer.update(
+        accumulation_steps=int(accumulation_steps),
+        pick=_grid(merged[choice]),
+        tie_set=members,
+        verdict=verdict.verdict,
+        reason=f"{_verdict_sentence(verdict)} {pick_reason}",
+        n_rounds=verdict.n_rounds,
+        detectable_diff_frac=verdict.detectable_diff_frac,
+        rounds_to_separate=[
+            {**_grid(merged[key]), "rounds": rounds}
+            for key, rounds in verdict.rounds_to_separate.items()
+        ],
+    )
+    return answer
+
+
+def to_document(answers: Sequence[Mapping[str, Any]], level: float = 0.05) -> dict[str, Any]:
+    """The whole ``results/recommendation.json`` object around the answers."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "level": level,
+        "test": TEST_NAME,
+        "answers": list(answers),
+    }
+
+
+def load_schema() -> dict[str, Any]:
+    """The JSON Schema of ``results/recommendation.json``."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
