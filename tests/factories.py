@@ -28,7 +28,8 @@ BASE_CONFIG = {
     "num_workers": [0],
     "seeds": [0],
     "device": "cpu",
-    "measure": {"warmup_steps": 2, "ceiling": False},
+    # step-based windows: unit tests measure a handful of steps, not seconds
+    "measure": {"warmup_steps": 2, "ceiling": False, "min_seconds": 0},
 }
 
 

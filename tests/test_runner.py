@@ -54,11 +54,28 @@ def test_warmup_steps_are_logged_but_not_measured():
 
 
 def test_batch_size_is_never_changed_and_partial_batches_dropped():
-    result, steps = _run(batch_size=7, epochs=2)  # 96 samples: 13 full batches per epoch
+    # 96 samples: 13 full batches per epoch; windows too long to fill, so both epochs run
+    result, steps = _run(batch_size=7, epochs=2, min_steps=100)
     assert len(steps) == 2 * 13
     seen = [s["samples_seen"] for s in steps]
     assert all(b - a == 7 for a, b in zip([0, *seen], seen, strict=False))
     assert result["steps_run"] == 26
+
+
+def test_a_throughput_training_run_ends_once_its_windows_are_full():
+    # 12 steps per epoch, 2 epochs planned: 3 windows of 4 measured steps fill after 2 + 12
+    result, steps = _run(epochs=2, min_steps=4, repeats=3)
+    assert result["steps_run"] == len(steps) == 2 + 12 and result["measured_steps"] == 12
+    # the same run towards a target (validating as it trains) does its planned steps
+    target, steps = _run(epochs=2, min_steps=4, repeats=3, eval_every_samples=48)
+    assert target["steps_run"] == len(steps) == 2 * 12
+
+
+def test_time_based_windows_hold_at_least_their_seconds():
+    result, steps = _run(mode="infer", min_steps=1, min_seconds=0.2, repeats=2)
+    measured = [s["step_time_ms"] / 1e3 for s in steps if s["phase"] == "measured"]
+    assert sum(measured) >= 2 * 0.2  # the run went on until both windows had their time
+    assert sum(measured[:-1]) < 2 * 0.2  # and stopped at the first step that gave it
 
 
 def test_train_records_loss_lr_and_validation_accuracy():

@@ -138,6 +138,7 @@ def _result(spec: RunSpec, outcome: dict, flops: float, context: dict, threads: 
         "accumulation_steps": spec.accumulation_steps,
         "num_workers": spec.num_workers,
         "seed": spec.seed,
+        "round": spec.round,
         "device": str(device),
         "device_name": env["device_name"],
         **outcome,

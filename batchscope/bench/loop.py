@@ -152,18 +152,26 @@ class _Loop:
         self.samples_seen = self.step = 0
         self.train_s = 0.0  # time on the clock, warm-up included, evaluations excluded
 
-    def finished(self) -> bool:
-        """Planned steps done, and (inference) the windows' minimum steps and seconds met."""
-        spec, m = self.spec, self.measure
-        if self.step < self.planned:
-            return False
-        if spec.mode == "train" or (spec.max_steps is not None and self.step >= spec.max_steps):
-            return True
-        measured_s = sum(self.step_s)
+    def windows_full(self) -> bool:
+        """Every window has its minimum steps and seconds."""
+        m = self.measure
         return (
             self.step - m.warmup_steps >= m.repeats * m.min_steps
-            and measured_s >= m.repeats * m.min_seconds
+            and sum(self.step_s) >= m.repeats * m.min_seconds
         )
+
+    def finished(self) -> bool:
+        """The run's end: never past max_steps. Inference: one pass, and on until the windows are
+        full. Training: a throughput run ends once its windows are full (or its planned steps
+        are done); a run towards a target does its planned steps."""
+        spec = self.spec
+        if spec.max_steps is not None and self.step >= spec.max_steps:
+            return True
+        if spec.mode == "infer":
+            return self.step >= self.planned and self.windows_full()
+        if spec.throughput_run and self.step > self.measure.warmup_steps and self.windows_full():
+            return True
+        return self.step >= self.planned
 
     def record(self, x, loss, t_prev: float, t_ready: float, t_data: float, t_end: float, lr_of):
         """Book one finished step: its times, samples and loss, and its row in the log."""

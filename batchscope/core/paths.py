@@ -12,8 +12,11 @@ from typing import Any
 
 #: One benchmark job's result stem: ``<stem>.json`` and ``<stem>.steps.csv``.
 RUN = (
-    "results/runs/{mode}/{model}/bs{batch_size}_acc{accumulation_steps}_nw{num_workers}_seed{seed}"
+    "results/runs/{mode}/{model}/"
+    "bs{batch_size}_acc{accumulation_steps}_nw{num_workers}_seed{seed}_round{round}"
 )
+#: The decision taken after a round: which points go on (``measure.rounds``, ``sweep``).
+ROUND = "results/rounds/round{round}.json"
 #: One compute-only ceiling run per mode × model × batch size.
 CEILING = "results/ceiling/{mode}/{model}/bs{batch_size}"
 #: The largest-batch search of one mode × model (``batch_sizes: auto``).
@@ -26,7 +29,7 @@ SPEC_DIR = "specs"
 #: The file name of a run's result (its mode and model are the two parent folders).
 RESULT_NAME = re.compile(
     r"bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)"
-    r"_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)\.json"
+    r"_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)_round(?P<round>\d+)\.json"
 )
 
 
@@ -49,14 +52,15 @@ def log_of(stem_pattern: str, folder: str = "logs") -> str:
 
 
 def grid_of_path(result_path: str | Path) -> dict[str, Any]:
-    """Mode, model, batch size, accumulation, workers and seed of a result path the workflow
-    named (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json``); ``ValueError`` otherwise."""
+    """Mode, model, batch size, accumulation, workers, seed and round of a result path the
+    workflow named (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>_round<R>.json``);
+    ``ValueError`` otherwise."""
     path = Path(result_path)
     match = RESULT_NAME.fullmatch(path.name)
     if match is None or not path.parent.name or not path.parent.parent.name:
         raise ValueError(
             f"{path}: cannot tell its grid point: expected"
-            " <mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json"
+            " <mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>_round<R>.json"
         )
     grid = {"mode": path.parent.parent.name, "model": path.parent.name}
     return grid | {key: int(value) for key, value in match.groupdict().items()}

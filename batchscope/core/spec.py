@@ -113,6 +113,8 @@ class RunSpec:
     accumulation_steps: int
     num_workers: int
     seed: int
+    #: which independent measurement of this grid point (1-based): rounds differ in nothing else
+    round: int
     device: str
     deterministic: bool
     #: cap on the run's steps, warm-up included (the mode's ``max_steps``)
@@ -135,8 +137,21 @@ class RunSpec:
             raise SpecError("spec train: needed for mode train, and only for it")
         if self.mode == "infer" and self.accumulation_steps != 1:
             raise SpecError("spec accumulation_steps: a training setting, inference runs use 1")
-        if min(self.batch_size, self.accumulation_steps) < 1 or self.num_workers < 0:
-            raise SpecError("spec batch_size and accumulation_steps must be >= 1, workers >= 0")
+        if min(self.batch_size, self.accumulation_steps, self.round) < 1 or self.num_workers < 0:
+            raise SpecError("spec batch_size, accumulation_steps, round must be >= 1, workers >= 0")
+
+    @property
+    def throughput_run(self) -> bool:
+        """A run that only measures speed (inference, or training with no target and no
+        validation during training): it ends once its time-based windows are full."""
+        train = self.train
+        if train is None:
+            return True
+        return (
+            train.target_accuracy is None
+            and train.target_loss is None
+            and train.eval_every_samples is None
+        )
 
     @property
     def effective_batch_size(self) -> int:
@@ -253,6 +268,7 @@ def build(
     accumulation_steps: int = 1,
     num_workers: int,
     seed: int,
+    round: int = 1,
 ) -> RunSpec:
     """The spec of one job, from the validated config (defaults filled) and its grid point.
 
@@ -273,6 +289,7 @@ def build(
         accumulation_steps=int(accumulation_steps),
         num_workers=int(num_workers),
         seed=int(seed),
+        round=int(round),
         device=config["device"],
         deterministic=config["deterministic"],
         max_steps=config[mode]["max_steps"],

@@ -9,6 +9,8 @@ rule bench:
         spec=paths.spec_of(RUN),
         # ancient: re-verifying the dataset must not re-run finished benchmarks
         data=ancient(dataset_dir()),
+        # round r waits for the decision after round r - 1 (which points go on)
+        barrier=round_barrier,
     output:
         result=f"{RUN}.json",
         steps=f"{RUN}.steps.csv",
@@ -16,6 +18,7 @@ rule bench:
         paths.log_of(RUN),
     benchmark:
         paths.log_of(RUN, "benchmarks")
+    priority: bench_priority
     conda:
         "../envs/torch.yaml"
     threads: all_cores
@@ -68,6 +71,34 @@ checkpoint max_batch:
     shell:
         "python -m batchscope.bench.maxbatch {input.spec:q} --threads {threads}"
         " --trials-dir {output.trials:q} --output {output.search:q} > {log:q} 2>&1"
+
+
+# After each round but the last: which points the next round measures. With `sweep.strategy:
+# race`, points significantly slower than their group's leader leave; with `full`, none do.
+# A checkpoint, so that the next round's jobs are the ones it kept; a barrier, so that no run
+# of round r + 1 starts before every run of round r has finished.
+checkpoint round_done:
+    input:
+        results=round_inputs,
+        previous=previous_round,
+    output:
+        ROUND,
+    log:
+        "logs/rounds/round{round}.log",
+    benchmark:
+        "benchmarks/rounds/round{round}.tsv"
+    conda:
+        "../envs/report.yaml"
+    params:
+        strategy=config["sweep"]["strategy"],
+        level=config["sweep"]["level"],
+        order_seed=config["sweep"]["order_seed"],
+        rounds=ROUNDS,
+    shell:
+        "python -m batchscope.report.rounds --round {wildcards.round} --rounds {params.rounds}"
+        " --strategy {params.strategy} --level {params.level} --order-seed {params.order_seed}"
+        " --previous {input.previous:q} --results {input.results:q} --output {output:q}"
+        " > {log:q} 2>&1"
 
 
 # The specs: written by the workflow's own process (no job environment needed).

@@ -6,7 +6,7 @@ import shlex
 
 from snakemake.settings.types import DeploymentMethod
 
-from batchscope.core import paths, results, spec
+from batchscope.core import paths, results, rounds, spec
 from batchscope.core.config import ConfigError, check, load_schema, with_defaults
 
 
@@ -64,6 +64,7 @@ wildcard_constraints:
     accumulation_steps=r"[1-9]\d*",
     num_workers=r"\d+",
     seed=r"\d+",
+    round=r"[1-9]\d*",
     dataset="fashion_mnist|cifar10|imagefolder",
 
 
@@ -106,22 +107,94 @@ def accumulation_steps(mode):
     return config["train"]["accumulation_steps"] if mode == "train" else [1]
 
 
-def grid_stems():
-    """One path stem per grid point: mode x model x batch size x accumulation x workers x seed."""
+def grid_points():
+    """Every point of the grid: mode x model x batch size x accumulation x workers."""
     return [
-        stem
+        (mode, model, int(b), int(a), int(w))
         for mode in config["modes"]
         for model in config["models"]
-        for stem in expand(
-            RUN,
-            mode=mode,
-            model=model,
-            batch_size=batch_sizes(mode, model),
-            accumulation_steps=accumulation_steps(mode),
-            num_workers=config["num_workers"],
-            seed=config["seeds"],
-        )
+        for b in batch_sizes(mode, model)
+        for a in accumulation_steps(mode)
+        for w in config["num_workers"]
     ]
+
+
+ROUNDS = config["measure"]["rounds"]
+ROUND = paths.ROUND
+
+
+def points_in_round(round_):
+    """The points measured in a round: all in the first; then those the previous round's
+    decision kept (the race), read once that checkpoint has run."""
+    if round_ == 1:
+        return grid_points()
+    if PARTIAL and not os.path.exists(ROUND.format(round=round_ - 1)):
+        return []  # a partial report does not wait for rounds that could not run
+    with open(checkpoints.round_done.get(round=round_ - 1).output[0]) as handle:
+        return [tuple(point) for point in json.load(handle)["next_round"]]
+
+
+def run_stem(point, seed, round_):
+    return RUN.format(**rounds.as_dict(point), seed=seed, round=round_)
+
+
+def grid_stems():
+    """One path stem per run: each point x seed, in every round it is measured in."""
+    return [
+        run_stem(point, seed, round_)
+        for round_ in range(1, ROUNDS + 1)
+        for point in points_in_round(round_)
+        for seed in config["seeds"]
+    ]
+
+
+def wildcard_point(wildcards):
+    return (
+        wildcards.mode,
+        wildcards.model,
+        int(wildcards.batch_size),
+        int(wildcards.accumulation_steps),
+        int(wildcards.num_workers),
+    )
+
+
+def bench_priority(wildcards):
+    """Earlier rounds first; within a round, the jobs in an order shuffled with
+    sweep.order_seed, anew each round (batchscope.core.rounds)."""
+    jobs = [(point, seed) for point in grid_points() for seed in config["seeds"]]
+    job = (wildcard_point(wildcards), int(wildcards.seed))
+    return rounds.priority(
+        job, jobs, config["sweep"]["order_seed"], int(wildcards.round), ROUNDS
+    )
+
+
+def round_barrier(wildcards):
+    """A run of round r > 1 starts only after round r - 1 of every point still measured."""
+    round_ = int(wildcards.round)
+    return [] if round_ == 1 else [ancient(ROUND.format(round=round_ - 1))]
+
+
+def round_inputs(wildcards):
+    """What the decision after a round reads: every run so far of the points measured in it."""
+    round_ = int(wildcards.round)
+    measured = points_in_round(round_)
+    return [
+        f"{run_stem(point, seed, r)}.json"
+        for r in range(1, round_ + 1)
+        for point in measured
+        for seed in config["seeds"]
+    ]
+
+
+def previous_round(wildcards):
+    round_ = int(wildcards.round)
+    return [] if round_ == 1 else [ROUND.format(round=round_ - 1)]
+
+
+def round_files(wildcards=None):
+    """The decisions after each round but the last (what eliminated each point, and when)."""
+    files = [ROUND.format(round=r) for r in range(1, ROUNDS)]
+    return [f for f in files if not PARTIAL or os.path.exists(f)]
 
 
 def ceiling_wanted():
@@ -249,6 +322,7 @@ def bench_spec_text(wildcards):
         accumulation_steps=wildcards.accumulation_steps,
         num_workers=wildcards.num_workers,
         seed=wildcards.seed,
+        round=wildcards.round,
     ).to_json()
 
 

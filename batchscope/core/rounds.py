@@ -1,0 +1,50 @@
+"""Rounds: every grid point measured again, each time in a fresh process, in a shuffled order.
+
+A *point* is what the recommendation compares: mode × model × batch size × accumulation ×
+workers. Its measurements are its runs over rounds (and seeds, which are learning variance but
+also independent processes). A *group* is what one answer is given for: mode × model ×
+accumulation. The race (``sweep.strategy: race``) decides after each round which points stay.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+#: The keys of a point, and of the group it is compared within.
+POINT_KEYS = ("mode", "model", "batch_size", "accumulation_steps", "num_workers")
+GROUP_KEYS = ("mode", "model", "accumulation_steps")
+
+
+def point_of(row: Mapping[str, Any]) -> tuple:
+    """The point a result (or any mapping with the point keys) belongs to."""
+    return tuple(
+        int(row[k]) if k in ("batch_size", "accumulation_steps", "num_workers") else str(row[k])
+        for k in POINT_KEYS
+    )
+
+
+def group_of(point: Sequence) -> tuple:
+    """The group of a point: mode, model, accumulation."""
+    named = dict(zip(POINT_KEYS, point, strict=True))
+    return tuple(named[k] for k in GROUP_KEYS)
+
+
+def as_dict(point: Sequence) -> dict[str, Any]:
+    return dict(zip(POINT_KEYS, point, strict=True))
+
+
+def job_order(jobs: Iterable[tuple], order_seed: int, round_: int) -> list[tuple]:
+    """The jobs of a round (any hashable, sortable keys) in a shuffled order that depends only on
+    the seed and the round: the same sweep reruns in the same order, and each round in another."""
+    ordered = sorted(jobs)
+    random.Random(f"batchscope-round-order:{order_seed}:{round_}").shuffle(ordered)
+    return ordered
+
+
+def priority(job: tuple, jobs: Iterable[tuple], order_seed: int, round_: int, rounds: int) -> int:
+    """A Snakemake priority (higher runs first) that runs earlier rounds first and, within a
+    round, the jobs in :func:`job_order`'s shuffled order."""
+    order = job_order(jobs, order_seed, round_)
+    return (rounds - round_) * (len(order) + 1) + (len(order) - order.index(job))
