@@ -86,9 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     values = throughputs(args.results)
     looks = max(1, args.rounds - 1)  # a race looks after every round but the last
-    going_on, dropped = decide_round(
-        values, strategy=args.strategy, level=args.level, looks=looks
-    )
+    going_on, dropped = decide_round(values, strategy=args.strategy, level=args.level, looks=looks)
     earlier: list[dict[str, Any]] = []
     for path in args.previous:
         earlier = results.read_json(path)["eliminated"]
