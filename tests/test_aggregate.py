@@ -427,6 +427,7 @@ def test_missing_result_is_an_error_unless_allowed(tmp_path):
             "accumulation_steps": 1,
             "num_workers": 0,
             "seed": 0,
+            "round": 1,
             "status": "missing",
             "error": None,
         }
@@ -444,7 +445,7 @@ def test_logs_must_parallel_results(tmp_path, capsys):
 
 
 def test_grid_point_of_a_path_follows_the_workflow_naming():
-    grid = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3.json")
+    grid = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3_round2.json")
     assert grid == {
         "mode": "infer",
         "model": "resnet18",
@@ -452,7 +453,11 @@ def test_grid_point_of_a_path_follows_the_workflow_naming():
         "accumulation_steps": 1,
         "num_workers": 4,
         "seed": 3,
+        "round": 2,
     }
+    # a result from before rounds existed was the only round
+    old = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3.json")
+    assert old == {**grid, "round": 1}
     with pytest.raises(ValueError, match="cannot tell its grid point"):
         aggregate.grid_of_path("results/runs/infer/resnet18/result.json")
 

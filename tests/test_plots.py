@@ -36,6 +36,7 @@ def run(
         "accumulation_steps": accumulation_steps,
         "num_workers": num_workers,
         "seed": seed,
+        "round": 1,
         "device": "cpu",
         "status": status,
         "samples_per_s": 10.0 * batch_size + num_workers + seed if ok else np.nan,

@@ -29,7 +29,7 @@ SPEC_DIR = "specs"
 #: The file name of a run's result (its mode and model are the two parent folders).
 RESULT_NAME = re.compile(
     r"bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)"
-    r"_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)_round(?P<round>\d+)\.json"
+    r"_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)(?:_round(?P<round>\d+))?\.json"
 )
 
 
@@ -53,8 +53,8 @@ def log_of(stem_pattern: str, folder: str = "logs") -> str:
 
 def grid_of_path(result_path: str | Path) -> dict[str, Any]:
     """Mode, model, batch size, accumulation, workers, seed and round of a result path the
-    workflow named (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>_round<R>.json``);
-    ``ValueError`` otherwise."""
+    workflow named (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>_round<R>.json``; without
+    ``_round<R>``, from before rounds, round 1); ``ValueError`` otherwise."""
     path = Path(result_path)
     match = RESULT_NAME.fullmatch(path.name)
     if match is None or not path.parent.name or not path.parent.parent.name:
@@ -63,4 +63,5 @@ def grid_of_path(result_path: str | Path) -> dict[str, Any]:
             " <mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>_round<R>.json"
         )
     grid = {"mode": path.parent.parent.name, "model": path.parent.name}
-    return grid | {key: int(value) for key, value in match.groupdict().items()}
+    numbers = {key: int(value) for key, value in match.groupdict().items() if value is not None}
+    return grid | {"round": 1} | numbers  # results from before rounds existed are round 1

@@ -29,6 +29,7 @@ GRID_KEYS = (
     "accumulation_steps",
     "num_workers",
     "seed",
+    "round",
 )
 
 #: Columns of the per-step CSV a benchmark run writes next to its result.

@@ -15,15 +15,15 @@ dataset, batch size (and seed, in the summary) whose point is compute-bound, or 
 Partial results (``--allow-missing``): a result file that does not exist becomes a row with
 status ``missing``, or ``failed`` when its job's log exists (``--logs``, one per result in the
 same order, or ``--log-dir``, a folder laid out as the results), with ``error`` the log's last
-non-empty line. The grid point is read from the file name the workflow gives results,
-``<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json``.
+non-empty line. The grid point is read from the file name the workflow gives results
+(``batchscope.core.paths``).
 
 Command line (every path is explicit; the steps CSV sits next to each result JSON)::
 
     python -m batchscope.report.aggregate --results a.json b.json ... \\
         --env results/env/environment.json \\
         --summary results/summary.csv --curves results/curves.csv \\
-        [--by-point results/summary_by_point.csv] \\
+        [--by-point results/summary_by_point.csv] [--rounds results/rounds/*.json] \\
         [--allow-missing (--logs a.log b.log ... | --log-dir logs/bench) --dataset NAME]
 
 This module imports pandas only, never a plotting library (nor torch).
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +40,8 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import results
+from batchscope.core import results, verdict
+from batchscope.core.paths import grid_of_path
 from batchscope.core.stats import mean_ci
 
 #: The columns a reader looks at first, in this order; every other result key follows.
@@ -60,14 +60,20 @@ FIRST_COLUMNS = (
     "env_fingerprint",
 )
 
-#: Order of the rows: by grid point, seeds last.
-SORT_KEYS = ["mode", "model", "batch_size", "accumulation_steps", "num_workers", "seed"]
+#: Order of the rows: by grid point, then seed and round.
+SORT_KEYS = [k for k in results.GRID_KEYS if k != "dataset"]
 
-#: A point of the points table: a grid point with its seeds pooled.
-POINT_KEYS = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers"]
+#: A point of the points table: a grid point with its seeds and rounds pooled.
+POINT_KEYS = [k for k in results.GRID_KEYS if k not in ("seed", "round")]
 
-#: Keys a result must carry for its row to mean anything.
-REQUIRED_KEYS = (*results.GRID_KEYS, "status", "env_fingerprint", "schema_version")
+#: Keys a result must carry for its row to mean anything (a result from before rounds has no
+#: ``round``: it is round 1).
+REQUIRED_KEYS = (
+    *(k for k in results.GRID_KEYS if k != "round"),
+    "status",
+    "env_fingerprint",
+    "schema_version",
+)
 
 #: Column added by ``check_environment``.
 ENV_MATCH_COLUMN = "env_matches_capture"
@@ -104,17 +110,19 @@ MEAN_METRICS = (
     "frac_of_ceiling",
 )
 
-#: The name the workflow gives a result file (the mode and model are its two parent folders).
-RESULT_NAME = re.compile(
-    r"bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)\.json"
-)
+#: Grid keys added after the first results were written, and what an older result meant by
+#: leaving them out: one micro-batch per update, one round.
+LATER_GRID_KEYS = {"accumulation_steps": 1, "round": 1}
 
 
-def with_accumulation(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with an integer ``accumulation_steps`` column. Tables from before gradient
-    accumulation was an axis (and rows that lack it) ran one micro-batch per update: 1."""
-    column = frame.get("accumulation_steps", pd.Series(1, index=frame.index))
-    return frame.assign(accumulation_steps=pd.to_numeric(column).fillna(1).astype(int))
+def with_grid_defaults(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with integer ``accumulation_steps`` and ``round`` columns. Tables from before
+    either was an axis (and rows that lack them) ran one micro-batch per update, in one round."""
+    filled = {}
+    for key, value in LATER_GRID_KEYS.items():
+        column = frame.get(key, pd.Series(value, index=frame.index))
+        filled[key] = pd.to_numeric(column).fillna(value).astype(int)
+    return frame.assign(**filled)
 
 
 def steps_path(result_path: str | Path) -> Path:
@@ -142,7 +150,7 @@ def _check_unique(records: Iterable[tuple[Path, Mapping[str, Any]]]) -> None:
     """Raise ``ValueError`` for two files of the same grid point (one per point and seed)."""
     seen: dict[tuple, Path] = {}
     for path, record in records:
-        grid = tuple(record[key] for key in results.GRID_KEYS)
+        grid = tuple(record.get(key, LATER_GRID_KEYS.get(key)) for key in results.GRID_KEYS)
         if grid in seen:
             point = ", ".join(f"{k}={v}" for k, v in zip(results.GRID_KEYS, grid, strict=True))
             raise ValueError(f"duplicate grid point ({point}) in {seen[grid]} and {path}")
@@ -159,24 +167,11 @@ def read_results(result_paths: Iterable[str | Path]) -> list[tuple[Path, dict[st
     for raw_path in result_paths:
         path = Path(raw_path)
         result = results.read_json(path)
+        result.setdefault("round", LATER_GRID_KEYS["round"])
         _check_result(path, result)
         pairs.append((path, result))
     _check_unique(pairs)
     return pairs
-
-
-def grid_of_path(result_path: str | Path) -> dict[str, Any]:
-    """Mode, model, batch size, workers and seed of a result path the workflow named
-    (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json``); ``ValueError`` for any other name."""
-    path = Path(result_path)
-    match = RESULT_NAME.fullmatch(path.name)
-    if match is None or not path.parent.name or not path.parent.parent.name:
-        raise ValueError(
-            f"{path}: cannot tell its grid point: expected"
-            " <mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json"
-        )
-    grid = {"mode": path.parent.parent.name, "model": path.parent.name}
-    return grid | {key: int(value) for key, value in match.groupdict().items()}
 
 
 def log_path(log_dir: str | Path, result_path: str | Path) -> Path:
@@ -315,22 +310,43 @@ def any_noisy(values: Iterable[Any]) -> bool | None:
     return any(flag == "true" for flag in flags)
 
 
-def summarize_points(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per mode x model x dataset x batch_size x num_workers, seeds pooled.
+#: Columns of a point's spread over its runs (each a fresh process: seeds x rounds).
+ROUND_COLUMNS = (
+    "n_rounds",
+    "samples_per_s_median",
+    "samples_per_s_median_ci95_low",
+    "samples_per_s_median_ci95_high",
+    "samples_per_s_cv",
+    "eliminated_at_round",
+)
 
-    Columns: the POINT_KEYS; ``n_seeds`` (rows of the point, whatever their status) and ``n_ok``;
-    ``status`` (the seeds' one status, or ``mixed``); ``failed_seeds`` (``seed:status;...`` of
-    the seeds that did not run ok); ``bound`` and ``stall_removed_by_workers`` (from the mean
-    data wait over ok seeds, compared across worker counts at the same batch size); ``noisy``
-    (some ok seed's throughput windows spread over 10%); for each of CI_METRICS
-    ``<metric>_mean``, ``<metric>_ci95_low`` and ``<metric>_ci95_high`` (Student t over the ok
-    seeds; empty with fewer than two); for each of MEAN_METRICS the summary has, its mean over
-    the ok seeds (``<metric>_mean``).
+
+def summarize_points(
+    summary: pd.DataFrame, eliminated: Mapping[tuple, int] | None = None
+) -> pd.DataFrame:
+    """One row per mode x model x dataset x batch_size x num_workers, seeds and rounds pooled.
+
+    Columns: the POINT_KEYS; ``n_seeds`` (distinct seeds), ``n_runs`` (rows of the point: seeds
+    x rounds, whatever their status) and ``n_ok``; ``status`` (the runs' one status, or
+    ``mixed``); ``failed_seeds`` (``seed:status;...`` of the runs that did not run ok, with
+    ``seed:round:status`` once there are rounds beyond the first);
+    ``bound`` and ``stall_removed_by_workers`` (from the mean data wait over ok runs, compared
+    across worker counts at the same batch size); ``noisy`` (some ok run's throughput windows
+    spread over 10%); for each of CI_METRICS ``<metric>_mean``, ``<metric>_ci95_low`` and
+    ``<metric>_ci95_high`` (Student t over the ok runs; empty with fewer than two); the
+    ROUND_COLUMNS:
+    rounds with an ok run, the median throughput over the ok runs with a 95% interval
+    (``batchscope.core.verdict.point_stats``: the t interval of the mean log throughput), the
+    run-to-run coefficient of variation, and the round after which the race dropped the point
+    (``eliminated``, from ``results/rounds/``; empty if it never was); for each of MEAN_METRICS
+    the summary has, its mean over the ok runs (``<metric>_mean``).
     """
+    eliminated = eliminated or {}
     means = [m for m in MEAN_METRICS if m in summary]
     columns = [
         *POINT_KEYS,
         "n_seeds",
+        "n_runs",
         "n_ok",
         "status",
         "failed_seeds",
@@ -338,34 +354,84 @@ def summarize_points(summary: pd.DataFrame) -> pd.DataFrame:
         "stall_removed_by_workers",
         "noisy",
         *(f"{m}_{part}" for m in CI_METRICS for part in ("mean", "ci95_low", "ci95_high")),
+        *ROUND_COLUMNS,
         *(_mean_name(m) for m in means),
     ]
-    rows = []
-    for key, group in summary.groupby(POINT_KEYS, sort=True, dropna=False):
-        ok = group[group["status"] == "ok"]
-        statuses = sorted(set(group["status"]))
-        failed = group[group["status"] != "ok"].sort_values("seed")
-        row = dict(zip(POINT_KEYS, key, strict=True))
-        row.update(
-            n_seeds=len(group),
-            n_ok=len(ok),
-            status=statuses[0] if len(statuses) == 1 else "mixed",
-            failed_seeds=";".join(f"{int(r.seed)}:{r.status}" for r in failed.itertuples()) or None,
-            noisy=any_noisy(ok["noisy"]) if "noisy" in ok else None,
-        )
-        for metric in CI_METRICS:
-            mean, low, high = mean_ci(ok.get(metric, []))
-            row.update({f"{metric}_mean": mean, f"{metric}_ci95_low": low})
-            row[f"{metric}_ci95_high"] = high
-        for metric in means:
-            row[_mean_name(metric)] = pd.to_numeric(ok[metric]).mean() if len(ok) else math.nan
-        rows.append(row)
+    rows = [
+        _point_row(key, group, means, eliminated)
+        for key, group in summary.groupby(POINT_KEYS, sort=True, dropna=False)
+    ]
     if not rows:
         return pd.DataFrame(columns=columns)
     points = pd.DataFrame(rows)
     points["point_status"] = points["status"].where(points["n_ok"] == 0, "ok")
     points = diagnose(points, wait_column="data_wait_frac_mean", status_column="point_status")
     return points[columns].reset_index(drop=True)
+
+
+def _point_row(key: tuple, group: pd.DataFrame, means: list[str], eliminated: Mapping) -> dict:
+    ok = group[group["status"] == "ok"]
+    statuses = sorted(set(group["status"]))
+    rounds_of = group["round"] if "round" in group else pd.Series(1, index=group.index)
+    failed = group.assign(round=rounds_of)[group["status"] != "ok"].sort_values(["seed", "round"])
+    row = dict(zip(POINT_KEYS, key, strict=True))
+    row.update(
+        n_seeds=group["seed"].nunique(),
+        n_runs=len(group),
+        n_ok=len(ok),
+        status=statuses[0] if len(statuses) == 1 else "mixed",
+        failed_seeds=";".join(
+            f"{int(r.seed)}:{r.status}"
+            if rounds_of.max() == 1
+            else f"{int(r.seed)}:{int(r.round)}:{r.status}"
+            for r in failed.itertuples()
+        )
+        or None,
+        noisy=any_noisy(ok["noisy"]) if "noisy" in ok else None,
+    )
+    for metric in CI_METRICS:
+        mean, low, high = mean_ci(ok.get(metric, []))
+        row.update({f"{metric}_mean": mean, f"{metric}_ci95_low": low})
+        row[f"{metric}_ci95_high"] = high
+    row.update(_round_spread(ok, rounds_of[ok.index] if len(ok) else rounds_of.iloc[:0]))
+    point = tuple(row[k] for k in ("mode", "model", "batch_size", "accumulation_steps"))
+    row["eliminated_at_round"] = eliminated.get((*point, row["num_workers"]))
+    for metric in means:
+        row[_mean_name(metric)] = pd.to_numeric(ok[metric]).mean() if len(ok) else math.nan
+    return row
+
+
+def _round_spread(ok: pd.DataFrame, rounds_of: pd.Series) -> dict[str, Any]:
+    """Median, its interval and the run-to-run CV of the ok runs' throughputs."""
+    values = [float(v) for v in pd.to_numeric(ok.get("samples_per_s", [])) if v == v and v > 0]
+    out = dict.fromkeys(ROUND_COLUMNS[:-1])
+    out["n_rounds"] = int(rounds_of.nunique())
+    if values:
+        stats = verdict.point_stats(values)
+        out.update(
+            samples_per_s_median=stats["median"],
+            samples_per_s_median_ci95_low=stats["ci_low"],
+            samples_per_s_median_ci95_high=stats["ci_high"],
+            samples_per_s_cv=stats["cv"],
+        )
+    return out
+
+
+def read_eliminated(round_files: Iterable[str | Path]) -> dict[tuple, int]:
+    """(mode, model, batch_size, accumulation_steps, num_workers) -> the round after which the
+    race dropped that point, from the decisions in ``results/rounds/``."""
+    out: dict[tuple, int] = {}
+    for path in round_files:
+        for entry in results.read_json(path)["eliminated"]:
+            point = (
+                entry["mode"],
+                entry["model"],
+                int(entry["batch_size"]),
+                int(entry["accumulation_steps"]),
+                int(entry["num_workers"]),
+            )
+            out[point] = int(entry["eliminated_at_round"])
+    return out
 
 
 def collect_curves(
@@ -387,7 +453,7 @@ def collect_curves(
         if steps.empty:
             continue
         for key in results.GRID_KEYS:
-            steps[key] = grid[key]
+            steps[key] = grid.get(key, LATER_GRID_KEYS.get(key))
         frames.append(steps[columns])
     if not frames:
         return pd.DataFrame(columns=columns)
@@ -469,8 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--curves", required=True, help="output: every step of every run (CSV)")
     parser.add_argument(
         "--by-point",
-        help="output: one row per mode x model x dataset x batch size x workers, seeds pooled "
-        "(CSV)",
+        help="output: one row per mode x model x dataset x batch size x workers, seeds and "
+        "rounds pooled (CSV)",
     )
     parser.add_argument(
         "--allow-missing",
@@ -490,6 +556,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--ceilings", nargs="*", default=[], help="compute-only ceiling results (synthetic data)"
+    )
+    parser.add_argument(
+        "--rounds", nargs="*", default=[], help="the decisions after each round (results/rounds/)"
     )
     args = parser.parse_args(argv)
     if args.logs is not None and len(args.logs) != len(args.results):
@@ -512,7 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.write_text(args.summary, _frame_csv(summary))
     results.write_text(args.curves, _frame_csv(curves))
     if args.by_point:
-        results.write_text(args.by_point, _frame_csv(summarize_points(summary)))
+        points = summarize_points(summary, read_eliminated(args.rounds))
+        results.write_text(args.by_point, _frame_csv(points))
     lacking = ""
     if absent:
         counts = pd.Series([a["status"] for a in absent]).value_counts()

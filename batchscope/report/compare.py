@@ -19,7 +19,7 @@ import pandas as pd
 
 from batchscope.core import results
 from batchscope.core.results import GRID_KEYS
-from batchscope.report.aggregate import with_accumulation
+from batchscope.report.aggregate import with_grid_defaults
 
 #: Keys of environment.json not worth comparing (they differ on every run).
 _VOLATILE = ("executable", "hostname", "conda_env_export", "torch_config", "torch_parallel_info")
@@ -94,7 +94,7 @@ def metric_diff(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFram
     runs, False when it does not, and empty when the metric has no noise model.
     """
     keep = [*GRID_KEYS, "status", *METRICS, "step_time_ms_iqr", "val_samples", *SETTING_COLUMNS]
-    a, b = with_accumulation(summary_a), with_accumulation(summary_b)
+    a, b = with_grid_defaults(summary_a), with_grid_defaults(summary_b)
     a = a[[c for c in keep if c in a]]
     b = b[[c for c in keep if c in b]]
     merged = a.merge(b, on=list(GRID_KEYS), how="outer", suffixes=("_a", "_b"), indicator=True)

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from batchscope.core.stats import mean_ci
-from batchscope.report.aggregate import with_accumulation
+from batchscope.report.aggregate import with_grid_defaults
 from batchscope.report.convergence_fits import REGIMES, Knee
 
 #: The quantities to the target, by the summary column that holds each.
@@ -85,7 +85,7 @@ def prepare(summary: pd.DataFrame) -> pd.DataFrame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     # the effective batch of every row, those without a result too (their grid keys come from
     # their path)
-    frame = with_accumulation(frame)
+    frame = with_grid_defaults(frame)
     frame["batch"] = (frame["batch_size"] * frame["accumulation_steps"]).astype(int)
     reached = frame.get("target_reached", pd.Series(False, index=frame.index))
     frame["reached"] = [_truthy(v) for v in reached]
@@ -305,7 +305,7 @@ def run_curves(curves: pd.DataFrame, summary: pd.DataFrame, report: ModelReport)
         & (frame["status"] == "ok")
     ]
     keys = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers", "seed"]
-    curves = with_accumulation(curves)
+    curves = with_grid_defaults(curves)
     columns = [*keys, "batch", "noise_scale_batch_small", "noise_scale_batch_big"]
     runs = runs.reindex(columns=columns)
     rows = curves.merge(runs, on=keys, how="inner")

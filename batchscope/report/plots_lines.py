@@ -94,7 +94,7 @@ def _metric_figure(
     (mode, model) to a largest-batch search result, drawn on its panel (``_draw_search``).
     ``ceiling`` names a column drawn as a dashed black line: the compute-only ceiling.
     """
-    summary = aggregate.with_accumulation(summary)
+    summary = aggregate.with_grid_defaults(summary)
     grouped = panels(summary, PANEL_KEYS)
     if not grouped:
         return placeholder_figure(empty_message, title)

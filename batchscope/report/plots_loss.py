@@ -73,8 +73,8 @@ def _train_steps(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The training steps with a finite loss, each with its run's status (ok without a
     ``summary``), and the summary's training runs that did not finish ok."""
-    curves = aggregate.with_accumulation(curves)
-    summary = None if summary is None else aggregate.with_accumulation(summary)
+    curves = aggregate.with_grid_defaults(curves)
+    summary = None if summary is None else aggregate.with_grid_defaults(summary)
     train = curves[curves["mode"] == "train"] if not curves.empty else curves
     train = train.assign(loss=pd.to_numeric(train["loss"]).replace([np.inf, -np.inf], np.nan))
     train = train[train["loss"].notna()]

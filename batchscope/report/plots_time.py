@@ -54,7 +54,7 @@ def data_wait_figure(summary: pd.DataFrame) -> Figure:
     """Heatmap of the share of step time spent waiting for data: batch size x num_workers,
     one panel per mode x model, each cell annotated."""
     title = "Data wait"
-    summary = aggregate.with_accumulation(summary)
+    summary = aggregate.with_grid_defaults(summary)
     grouped = panels(summary, PANEL_KEYS)
     if not grouped:
         return placeholder_figure(NO_RUNS, title)
@@ -132,7 +132,7 @@ def breakdown_figure(summary: pd.DataFrame) -> Figure:
     add up to the mean step time (marked by a black dash); failed points are labelled."""
     title = "Step time breakdown"
     columns = [column for _, column in BREAKDOWN_PARTS if column in summary]
-    summary = aggregate.with_accumulation(summary)
+    summary = aggregate.with_grid_defaults(summary)
     grouped = panels(summary, PANEL_KEYS)
     if not grouped:
         return placeholder_figure(NO_RUNS, title)

@@ -59,7 +59,7 @@ def prepare(summary: pd.DataFrame) -> pd.DataFrame:
     """Copy with the numeric columns numeric (absent ones as NaN), ``error`` and ``noisy``
     present, and the diagnosis (``bound``, ``stall_removed_by_workers``) computed afresh."""
     frame = summary.copy()
-    frame = aggregate.with_accumulation(frame)
+    frame = aggregate.with_grid_defaults(frame)
     for column in NUMERIC_COLUMNS:
         frame[column] = pd.to_numeric(frame[column]) if column in frame else float("nan")
     for column in ("error", "noisy"):

@@ -12,6 +12,8 @@ rule aggregate:
         results=aggregate_results,
         steps=aggregate_steps,
         ceilings=ceiling_results,
+        # what the race decided after each round (eliminated_at_round)
+        rounds=round_files,
         env="results/env/environment.json",
     output:
         summary=report(
@@ -44,4 +46,5 @@ rule aggregate:
     shell:
         "python -m batchscope.report.aggregate --results {params.results:q} {params.partial}"
         " --env {input.env:q} --summary {output.summary:q} --by-point {output.by_point:q}"
-        " --curves {output.curves:q} --ceilings {input.ceilings:q} > {log:q} 2>&1"
+        " --curves {output.curves:q} --ceilings {input.ceilings:q} --rounds {input.rounds:q}"
+        " > {log:q} 2>&1"
