@@ -36,6 +36,7 @@ rule all:
     default_target: True
     input:
         "results/summary.csv",
+        "results/recommendation.json",
         "results/recommendation.md",
         "results/recommendation.html",
         plot_files(),

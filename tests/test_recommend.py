@@ -61,18 +61,28 @@ def run(
     }
 
 
+def rounds(batch_size, num_workers, median, n=3, spread=0.01, **kw):
+    """``n`` runs of one point, one per round, at ``median`` x (1 - spread, 1, 1 + spread, ...):
+    what a sweep with ``measure.rounds: n`` measures of a point whose processes vary little."""
+    factors = [1.0 + spread * k for k in (0, -1, 1, -2, 2, -3, 3)[:n]]
+    return [
+        run(batch_size, num_workers, median * f, round=r, **kw)
+        for r, f in enumerate(factors, start=1)
+    ]
+
+
 def only(recs, mode="train", model="small_cnn"):
     (rec,) = [r for r in recs if r["mode"] == mode and r["model"] == model]
     return rec
 
 
-def test_picks_best_and_reports_failures():
+def test_picks_the_separated_best_and_reports_failures():
     summary = pd.DataFrame(
-        [
-            run(32, 0, 1000.0),
-            run(64, 0, 1500.0),
-            run(64, 2, 2000.0, val_accuracy=0.40, final_loss=1.7),
-            run(128, 2, 1200.0, val_accuracy=0.70, final_loss=0.9),
+        rounds(32, 0, 1000.0)
+        + rounds(64, 0, 1500.0)
+        + rounds(64, 2, 2000.0, val_accuracy=0.40, final_loss=1.7)
+        + rounds(128, 2, 1200.0, val_accuracy=0.70, final_loss=0.9)
+        + [
             run(256, 2, status="diverged"),
             run(512, 0, status="oom"),
             run(1024, 2, status="oom"),
@@ -81,53 +91,62 @@ def test_picks_best_and_reports_failures():
     rec = only(recommend.recommend(summary))
 
     assert (rec["best"]["batch_size"], rec["best"]["num_workers"]) == (64, 2)
-    assert rec["best"]["samples_per_s"] == 2000.0
+    assert rec["best"]["samples_per_s"] == pytest.approx(2000.0)
+    assert rec["verdict"]["verdict"] == "separated"
     assert (rec["runner_up"]["batch_size"], rec["runner_up"]["num_workers"]) == (64, 0)
     assert rec["gap_pct"] == pytest.approx(100 * (2000 / 1500 - 1))
-    assert rec["within_noise"] is False
     assert rec["largest_ok_batch_size"] == 128
     assert rec["oom_batch_sizes"] == [512, 1024]
     assert rec["diverged_batch_sizes"] == [256]
     assert rec["best"]["peak_mem_mb"] == 640.0
-    assert rec["best"]["data_wait_frac"] == 0.05
-    assert rec["best"]["val_accuracy"] == 0.40
-    assert (rec["best_accuracy"]["batch_size"], rec["best_accuracy"]["val_accuracy"]) == (128, 0.7)
-    assert rec["recommendation"].startswith("Use batch_size=64, num_workers=2: 2000.0 samples/s")
-    assert "within noise" not in rec["recommendation"]
-    assert len(rec["evidence"]) == 7
+    assert rec["best"]["data_wait_frac"] == pytest.approx(0.05)
+    assert rec["best"]["val_accuracy"] == pytest.approx(0.40)
+    best_accuracy = rec["best_accuracy"]
+    assert (best_accuracy["batch_size"], best_accuracy["val_accuracy"]) == (128, pytest.approx(0.7))
+    assert rec["recommendation"].startswith(
+        "Use batch_size=64, num_workers=2: 2000.0 samples/s (median of 3 runs, each a fresh "
+        "process, over 3 round(s); 95% interval"
+    )
+    assert "It is faster than every other point measured" in rec["recommendation"]
+    assert "next fastest is batch_size=64, num_workers=0 at 1500.0" in rec["recommendation"]
+    assert len(rec["evidence"]) == 15
 
 
-def test_single_seed_noise_is_the_throughput_windows_iqr():
-    # step-time IQR is tiny (0.1%), the windows' throughput IQR is 5%: the windows decide
-    close = pd.DataFrame(
+def test_points_apart_only_in_their_windows_are_a_tie_not_a_winner():
+    # one process each; their windows are tight (IQR 0.1%), and 20% apart: the windows of one
+    # process say nothing of the next process, so nothing separates the two
+    apart = pd.DataFrame(
         [
-            run(64, 0, 1000.0, iqr_ms=0.1, window_iqr_pct=5.0),
-            run(128, 0, 1020.0, iqr_ms=0.1, window_iqr_pct=3.0),
+            run(64, 0, 1000.0, iqr_ms=0.1, window_iqr_pct=0.1),
+            run(128, 0, 1200.0, iqr_ms=0.1, window_iqr_pct=0.1),
         ]
     )
-    rec = only(recommend.recommend(close))
-    assert rec["best"]["spread_source"] == "window_iqr"
-    assert rec["best"]["spread_pct"] == pytest.approx(3.0)
-    assert rec["noise_pct"] == pytest.approx(5.0)
-    assert rec["within_noise"] is True
-    assert rec["recommendation"] == (
-        "Use batch_size=128, num_workers=0: 1020.0 samples/s (1 seed, median of the measurement "
-        "windows, IQR 3.0% of the median). But the runner-up (batch_size=64, num_workers=0, "
-        "1000.0 samples/s) is within noise: the gap of 2.0% is smaller than the measured spread "
-        "of 5.0% (throughput IQR over measurement windows), so treat them as equal."
-    )
+    rec = only(recommend.recommend(apart))
+    assert rec["verdict"]["verdict"] == "too_noisy"
+    assert len(rec["verdict"]["tie_set"]) == 2
+    assert "faster than every other point" not in rec["recommendation"]
+    assert "run-to-run noise is unknown" in rec["recommendation"]
+    assert "Set measure.rounds to 3 or more." in rec["recommendation"]
 
-    far = pd.DataFrame(
-        [
-            run(64, 0, 1000.0, iqr_ms=20.0, window_iqr_pct=5.0),
-            run(128, 0, 1300.0, iqr_ms=20.0, window_iqr_pct=5.0),
-        ]
-    )
-    rec = only(recommend.recommend(far))
-    assert rec["within_noise"] is False
-    assert "within noise" not in rec["recommendation"]
-    assert "30.0% faster" in rec["recommendation"]
-    assert "more than the measured spread of 5.0% (throughput IQR" in rec["recommendation"]
+
+def test_a_tie_is_reported_as_a_tie_with_its_members_the_pick_rule_and_what_would_settle_it():
+    # 3 rounds, 8% run-to-run spread, medians 2% apart: not separable
+    summary = pd.DataFrame(
+        rounds(64, 0, 1000.0, spread=0.08) + rounds(128, 0, 1020.0, spread=0.08)
+        + rounds(32, 2, 500.0, spread=0.01)
+    )  # fmt: skip
+    rec = only(recommend.recommend(summary))
+    answer = rec["verdict"]
+    assert answer["verdict"] == "tie"
+    assert {(m["batch_size"], m["num_workers"]) for m in answer["tie_set"]} == {(64, 0), (128, 0)}
+    # least memory first: batch 64 (640 MB) over batch 128 (1280 MB)
+    assert (rec["best"]["batch_size"], rec["best"]["num_workers"]) == (64, 0)
+    text = rec["recommendation"]
+    assert "It is not separated from the others: batch 64, 128 with 0 workers are within" in text
+    assert "so they tie; batch_size=64, num_workers=0 is picked from the 2 tied points by" in text
+    assert "least peak memory" in text
+    assert "could be told apart on this machine" in text
+    assert "Separating the tied points would take about" in text
 
 
 def test_noisy_best_point_gets_a_note():
@@ -138,74 +157,45 @@ def test_noisy_best_point_gets_a_note():
     )
 
 
-def test_one_measurement_window_has_no_spread():
-    summary = pd.DataFrame(
-        [
-            run(64, 0, 1000.0, window_iqr_pct=0.0, repeats=1),
-            run(128, 0, 1010.0, window_iqr_pct=0.0, repeats=1),
-        ]
-    )
-    rec = only(recommend.recommend(summary))
-    assert rec["best"]["spread_pct"] is None and rec["within_noise"] is None
-    assert "one measurement window: spread unknown" in rec["recommendation"]
-    assert rec["recommendation"].endswith("; spread unknown.")
-
-
-def test_results_without_windows_fall_back_to_the_step_time_iqr():
-    close = pd.DataFrame([run(64, 0, 1000.0, iqr_ms=5.0), run(128, 0, 1020.0, iqr_ms=5.0)])
-    rec = only(recommend.recommend(close))
-    assert rec["best"]["spread_source"] == "step_iqr"
-    assert rec["within_noise"] is True
-    assert rec["noise_pct"] == pytest.approx(5.0)
-    assert "(step-time IQR)" in rec["recommendation"]
-
-
-def test_seeds_are_pooled_and_their_confidence_interval_is_the_noise():
+def test_runs_are_pooled_with_the_median_its_interval_and_the_run_to_run_spread():
     summary = pd.DataFrame(
         [
             run(64, 0, 900.0, seed=0, window_iqr_pct=0.1),
-            run(64, 0, 1100.0, seed=1, window_iqr_pct=0.1),  # mean 1000, sd 141.4
+            run(64, 0, 1100.0, seed=1, window_iqr_pct=0.1),
             run(128, 0, 1040.0, seed=0, window_iqr_pct=0.1),
-            run(128, 0, 1060.0, seed=1, window_iqr_pct=0.1),  # mean 1050, sd 14.14
+            run(128, 0, 1060.0, seed=1, window_iqr_pct=0.1),
         ]
     )
     rec = only(recommend.recommend(summary))
-    assert rec["best"]["batch_size"] == 128 and rec["best"]["n_seeds"] == 2
-    # 95% CI with 1 degree of freedom: t = 12.706, half-width t * sd / sqrt(2) = t * 100
-    runner = rec["runner_up"]
-    assert runner["spread_source"] == "ci"
-    assert runner["spread_pct"] == pytest.approx(100 * 1270.62047 / 1000.0)
-    assert (runner["samples_per_s_ci95_low"], runner["samples_per_s_ci95_high"]) == (
-        pytest.approx(1000.0 - 1270.62047),
-        pytest.approx(1000.0 + 1270.62047),
-    )
-    assert (runner["samples_per_s_min"], runner["samples_per_s_max"]) == (900.0, 1100.0)
-    assert rec["best"]["spread_pct"] == pytest.approx(100 * 127.062047 / 1050.0)
-    assert rec["within_noise"] is True
-    assert "mean of 2 seeds, 95% CI 922.9-1177.1 samples/s (±12.1%)" in rec["recommendation"]
-    assert "(95% CI over seeds)" in rec["recommendation"]
+    runner, best = rec["runner_up"], rec["best"]
+    assert rec["verdict"]["verdict"] == "tie"  # two runs each, 10% spread: no separation
+    assert best["batch_size"] == 64 and best["n_seeds"] == 2  # the tie's least memory
+    assert (best["samples_per_s_min"], best["samples_per_s_max"]) == (900.0, 1100.0)
+    assert best["samples_per_s_median"] == pytest.approx(1000.0)
+    assert best["samples_per_s_cv"] == pytest.approx(np.std([900, 1100], ddof=1) / 1000.0)
+    low, high = best["samples_per_s_median_ci95_low"], best["samples_per_s_median_ci95_high"]
+    assert low < 900.0 and high > 1100.0  # 1 degree of freedom: a wide interval
+    assert runner["batch_size"] == 128
+    assert f"95% interval {low:.1f}-{high:.1f}; run-to-run CV 14.1%" in rec["recommendation"]
 
 
-def test_tight_seed_intervals_separate_two_points():
+def test_tight_rounds_separate_two_points():
     summary = pd.DataFrame(
-        [run(64, 0, v, seed=s) for s, v in enumerate((999.0, 1000.0, 1001.0))]
-        + [run(128, 0, v, seed=s) for s, v in enumerate((1099.0, 1100.0, 1101.0))]
+        [run(64, 0, v, round=r) for r, v in enumerate((999.0, 1000.0, 1001.0), start=1)]
+        + [run(128, 0, v, round=r) for r, v in enumerate((1099.0, 1100.0, 1101.0), start=1)]
     )
     rec = only(recommend.recommend(summary))
-    # t(2) = 4.303, sd = 1, n = 3: half-width 2.48 samples/s
-    assert rec["best"]["spread_pct"] == pytest.approx(100 * 4.3026527 / 3**0.5 / 1100.0)
-    assert rec["within_noise"] is False
-    assert "10.0% faster" in rec["recommendation"]
+    assert rec["verdict"]["verdict"] == "separated"
+    assert rec["best"]["batch_size"] == 128
+    assert "It is faster than every other point measured" in rec["recommendation"]
 
 
 def test_diagnosis_names_the_worker_count_that_removed_the_stall():
     summary = pd.DataFrame(
-        [
-            run(64, 0, 800.0, data_wait=0.5),
-            run(64, 1, 900.0, data_wait=0.3),
-            run(64, 2, 1500.0, data_wait=0.05),
-            run(64, 4, 1400.0, data_wait=0.04),
-        ]
+        rounds(64, 0, 800.0, data_wait=0.5)
+        + rounds(64, 1, 900.0, data_wait=0.3)
+        + rounds(64, 2, 1500.0, data_wait=0.05)
+        + rounds(64, 4, 1400.0, data_wait=0.04)
     )
     rec = only(recommend.recommend(summary))
     assert (rec["best"]["num_workers"], rec["best"]["bound"]) == (2, "compute")
@@ -220,7 +210,9 @@ def test_diagnosis_names_the_worker_count_that_removed_the_stall():
 
 
 def test_diagnosis_of_an_input_bound_best_point():
-    summary = pd.DataFrame([run(64, 0, 800.0, data_wait=0.6), run(64, 2, 900.0, data_wait=0.4)])
+    summary = pd.DataFrame(
+        rounds(64, 0, 800.0, data_wait=0.6) + rounds(64, 2, 900.0, data_wait=0.4)
+    )
     rec = only(recommend.recommend(summary))
     assert rec["best"]["bound"] == "input"
     assert rec["best"]["stall_removed_by_workers"] == "none"
@@ -228,7 +220,7 @@ def test_diagnosis_of_an_input_bound_best_point():
     assert diagnosis.startswith("Diagnosis: input-bound (data wait 0.400 of the step time, over")
     assert "no larger worker count measured removed the stall" in diagnosis
 
-    fixed = pd.DataFrame([run(64, 0, 900.0, data_wait=0.6), run(64, 2, 800.0, data_wait=0.1)])
+    fixed = pd.DataFrame(rounds(64, 0, 900.0, data_wait=0.6) + rounds(64, 2, 800.0, data_wait=0.1))
     rec = only(recommend.recommend(fixed))
     assert rec["best"]["stall_removed_by_workers"] == 2
     assert "num_workers=2 removed the stall at this batch size." in " ".join(rec["notes"])
@@ -245,7 +237,7 @@ def test_failed_and_missing_points_are_listed_not_dropped():
     )
     summary.loc[summary["status"] == "missing", "error"] = None
     rec = only(recommend.recommend(summary))
-    assert rec["best"]["batch_size"] == 128
+    assert rec["best"]["batch_size"] == 64  # one run each: a tie, picked by least memory
     assert [(p["batch_size"], p["num_workers"], p["status"]) for p in rec["absent_points"]] == [
         (256, 0, "failed"),
         (256, 2, "missing"),
@@ -309,17 +301,15 @@ def test_no_ok_point_says_so_plainly():
 
 def test_single_ok_point_has_no_runner_up():
     rec = only(recommend.recommend(pd.DataFrame([run(64, 0, 1000.0), run(128, 0, status="oom")])))
-    assert rec["runner_up"] is None and rec["within_noise"] is None
+    assert rec["runner_up"] is None and rec["gap_pct"] is None
     assert "only configuration that ran ok" in rec["recommendation"]
 
 
 def test_markdown_carries_environment_numbers_and_evidence():
     summary = pd.DataFrame(
-        [
-            run(64, 0, 1234.5, mode="infer"),
-            run(128, 4, 2345.6, mode="infer"),
-            run(256, 4, status="oom", mode="infer"),
-        ]
+        rounds(64, 0, 1234.5, mode="infer", spread=0.0)
+        + rounds(128, 4, 2345.6, mode="infer", spread=0.0)
+        + [run(256, 4, status="oom", mode="infer")]
     )
     text = recommend_pages.render_markdown(recommend.recommend(summary), ENV)
     assert "0123456789ab" in text and "Test GPU" in text and "2.14.1" in text
@@ -333,7 +323,11 @@ def test_markdown_carries_environment_numbers_and_evidence():
 
 
 def test_html_is_a_standalone_page_with_the_same_content():
-    summary = pd.DataFrame([run(64, 0, 1000.0), run(128, 0, 1600.0), run(256, 0, status="oom")])
+    summary = pd.DataFrame(
+        rounds(64, 0, 1000.0, spread=0.0)
+        + rounds(128, 0, 1600.0, spread=0.0)
+        + [run(256, 0, status="oom")]
+    )
     page = recommend_pages.render_html(recommend.recommend(summary), ENV)
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<h2>train / small_cnn (synthetic)</h2>" in page
@@ -344,7 +338,8 @@ def test_html_is_a_standalone_page_with_the_same_content():
 
 def test_main_writes_markdown_and_html(tmp_path):
     summary_csv, env_json = tmp_path / "summary.csv", tmp_path / "environment.json"
-    pd.DataFrame([run(64, 0, 1000.0), run(128, 2, 1500.0)]).to_csv(summary_csv, index=False)
+    summary = pd.DataFrame(rounds(64, 0, 1000.0) + rounds(128, 2, 1500.0))
+    summary.to_csv(summary_csv, index=False)
     env_json.write_text(json.dumps(ENV))
     markdown, page = tmp_path / "out" / "rec.md", tmp_path / "out" / "rec.html"
     argv = ["--summary", str(summary_csv), "--env", str(env_json)]
@@ -363,12 +358,10 @@ def test_empty_summary():
 
 def test_best_that_failed_on_another_seed_carries_a_caution():
     summary = pd.DataFrame(
-        [
-            run(64, 0, 1000.0, seed=0),
-            run(64, 0, seed=1, status="diverged"),
-            run(32, 0, 500.0, seed=0),
-            run(32, 0, 500.0, seed=1),
-        ]
+        rounds(64, 0, 1000.0, seed=0)
+        + [run(64, 0, seed=1, status="diverged")]
+        + rounds(32, 0, 500.0, seed=0)
+        + rounds(32, 0, 500.0, seed=1)
     )
     rec = only(recommend.recommend(summary))
     assert rec["best"]["batch_size"] == 64 and rec["best"]["n_failed"] == 1

@@ -10,11 +10,15 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 from jsonschema.exceptions import best_match
+
+#: The contract: the config's JSON Schema, with every key's default (in this checkout).
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class ConfigError(ValueError):
@@ -39,6 +43,16 @@ def _message(error: jsonschema.ValidationError) -> str:
     if error.validator == "minItems" and error.validator_value == 1:
         return "must not be empty"
     return error.message
+
+
+def default(key: str, schema: Mapping[str, Any] | None = None) -> Any:
+    """The schema's default of a dotted key (``"sweep.level"``), for code that runs outside
+    the workflow and must agree with it."""
+    schema = schema if schema is not None else load_schema(SCHEMA_PATH)
+    node: Mapping[str, Any] = schema
+    for part in key.split("."):
+        node = _resolve(node["properties"][part], schema)
+    return node["default"]
 
 
 def load_schema(path: str | os.PathLike) -> dict[str, Any]:

@@ -51,14 +51,14 @@ STEP_COLUMNS = (
 STATUSES = ("ok", "oom", "diverged")
 
 
-def _clean(value: Any) -> Any:
+def finite_or_null(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null so every reader agrees."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, Mapping):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: finite_or_null(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [finite_or_null(v) for v in value]
     return value
 
 
@@ -96,7 +96,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
     """Write ``data`` as indented JSON, atomically; non-finite floats become null."""
-    write_text(path, json.dumps(_clean(data), indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(finite_or_null(data), indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:
@@ -112,4 +112,4 @@ def write_csv(
         writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _clean(v) for k, v in row.items()})
+            writer.writerow({k: finite_or_null(v) for k, v in row.items()})

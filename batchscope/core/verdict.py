@@ -511,6 +511,7 @@ def to_answer(
         tie_set=members,
         verdict=verdict.verdict,
         reason=f"{_verdict_sentence(verdict)} {pick_reason}",
+        pick_reason=pick_reason,
         n_rounds=verdict.n_rounds,
         detectable_diff_frac=verdict.detectable_diff_frac,
         rounds_to_separate=[

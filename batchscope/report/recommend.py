@@ -43,7 +43,9 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import results
+from batchscope.core import config, results
+from batchscope.report import aggregate
+from batchscope.report import answer as answer_module
 from batchscope.report.recommend_pages import evidence, render_html, render_markdown
 from batchscope.report.recommend_points import (
     absent_points,
@@ -67,6 +69,7 @@ def recommend(
     summary_df: pd.DataFrame,
     convergence: Mapping[str, Any] | None = None,
     document: str = "convergence.html",
+    answer: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One recommendation dict per mode x model (x dataset), sorted by those keys.
 
@@ -85,12 +88,23 @@ def recommend(
     sentences); time_to_target (see ``time_to_target``; None unless ``convergence``, the
     convergence report's findings, has the group: training only). ``document`` is where the
     text points for the convergence report.
+
+    ``answer`` is ``results/recommendation.json`` (``batchscope.report.answer``): its pick is
+    the recommended point (``best``) and its verdict (``verdict``: the answer's entry) what the
+    text says of the others; without it, the answer is computed from the summary the same way.
     """
     if summary_df.empty:
         return []
     frame = prepare(summary_df)
+    if answer is None:
+        by_point = aggregate.summarize_points(frame)
+        answer = answer_module.document(frame, by_point, config.default("sweep.level"))
+    answers = {
+        (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"]): a
+        for a in answer["answers"]
+    }
     recs = [
-        _recommend_group(key, rows)
+        _recommend_group(key, rows, answers.get((key[0], key[1], key[2], int(key[3]))))
         for key, rows in frame.groupby(GROUP_KEYS, sort=True, dropna=False)
     ]
     groups = {
@@ -104,12 +118,17 @@ def recommend(
     return recs
 
 
-def _recommend_group(key: tuple, rows: pd.DataFrame) -> dict[str, Any]:
+def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> dict[str, Any]:
     """The recommendation of one GROUP_KEYS value (see ``recommend`` for its keys)."""
     mode, model, dataset, accumulation = key
     points = pooled_points(rows)
-    best = point_dict(points.iloc[0]) if len(points) else None
-    runner_up = point_dict(points.iloc[1]) if len(points) > 1 else None
+    best = runner_up = None
+    if len(points) and answer is not None:
+        pick = (answer["pick"]["batch_size"], answer["pick"]["num_workers"])
+        chosen = (points["batch_size"] == pick[0]) & (points["num_workers"] == pick[1])
+        best = point_dict(points[chosen].iloc[0])
+        others = points[~chosen]
+        runner_up = point_dict(others.iloc[0]) if len(others) else None
     best_accuracy = _best_accuracy(points, best) if mode == "train" else None
     ok_sizes = sorted_sizes(rows, "ok")
     rec = {
@@ -123,6 +142,7 @@ def _recommend_group(key: tuple, rows: pd.DataFrame) -> dict[str, Any]:
         "best": best,
         "runner_up": runner_up,
         **_versus_runner_up(best, runner_up),
+        "verdict": answer,
         "largest_ok_batch_size": ok_sizes[-1] if ok_sizes else None,
         "oom_batch_sizes": sorted_sizes(rows, "oom"),
         "diverged_batch_sizes": sorted_sizes(rows, "diverged"),
@@ -138,15 +158,12 @@ def _recommend_group(key: tuple, rows: pd.DataFrame) -> dict[str, Any]:
 
 
 def _versus_runner_up(best, runner_up) -> dict[str, Any]:
-    """``gap_pct`` (best vs runner-up, % of the runner-up), ``noise_pct`` (the larger of their
-    spreads) and ``within_noise`` (the gap is smaller); None where there is nothing to compare."""
-    gap_pct = noise_pct = within_noise = None
+    """``gap_pct``: the recommended point's mean throughput vs the fastest other point's, in %
+    of the other's (negative when the pick from a tie is the slower); None with no other."""
+    gap_pct = None
     if runner_up:
         gap_pct = 100 * (best["samples_per_s"] / runner_up["samples_per_s"] - 1)
-        spreads = [p["spread_pct"] for p in (best, runner_up) if p["spread_pct"] is not None]
-        noise_pct = max(spreads) if spreads else None
-        within_noise = None if noise_pct is None else gap_pct < noise_pct
-    return {"gap_pct": gap_pct, "noise_pct": noise_pct, "within_noise": within_noise}
+    return {"gap_pct": gap_pct}
 
 
 def _best_accuracy(points: pd.DataFrame, best) -> dict[str, Any] | None:
@@ -168,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--summary", required=True, help="summary CSV from batchscope.report.aggregate"
     )
     parser.add_argument("--env", required=True, help="captured environment JSON")
+    parser.add_argument(
+        "--answer", help="results/recommendation.json (batchscope.report.answer): the pick"
+    )
     parser.add_argument("--markdown", required=True, help="output Markdown file")
     parser.add_argument("--html", required=True, help="output HTML file")
     parser.add_argument(
@@ -182,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         convergence = results.read_json(args.convergence)
         path = Path(args.convergence)
         document = str(path.with_name(convergence.get("document") or path.stem + ".html"))
-    recs = recommend(pd.read_csv(args.summary), convergence, document)
+    answer = results.read_json(args.answer) if args.answer else None
+    recs = recommend(pd.read_csv(args.summary), convergence, document, answer)
     env = results.read_json(args.env)
     results.write_text(args.markdown, render_markdown(recs, env))
     results.write_text(args.html, render_html(recs, env))

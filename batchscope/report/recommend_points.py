@@ -94,6 +94,11 @@ def pooled_points(rows: pd.DataFrame) -> pd.DataFrame:
             "num_workers",
             "samples_per_s_ci95_low",
             "samples_per_s_ci95_high",
+            "samples_per_s_median",
+            "samples_per_s_median_ci95_low",
+            "samples_per_s_median_ci95_high",
+            "samples_per_s_cv",
+            "n_rounds",
             "noisy",
             "bound",
             "stall_removed_by_workers",
@@ -142,7 +147,7 @@ def point_dict(row: pd.Series) -> dict[str, Any]:
     """A plain dict for one pooled configuration (ints as int, NaN as None)."""
     point = {}
     for key, value in row.items():
-        if key in ("batch_size", "num_workers", "n_seeds", "n_failed"):
+        if key in ("batch_size", "num_workers", "n_seeds", "n_failed", "n_rounds"):
             point[key] = int(value)
         elif key == "stall_removed_by_workers" and not is_missing(value):
             point[key] = value if value == aggregate.NO_WORKERS else int(float(value))

@@ -36,29 +36,84 @@ def _pct(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.1f}%"
 
 
-def _seed_text(point: Mapping[str, Any]) -> str:
-    spread = point["spread_pct"]
-    if point["n_seeds"] >= 2:
-        if point["samples_per_s_ci95_low"] is None:
-            return f"mean of {point['n_seeds']} seeds"
+def _runs_text(point: Mapping[str, Any]) -> str:
+    """How the point's throughput was measured: runs, rounds, the interval and the spread."""
+    runs, rounds = point["n_seeds"], point.get("n_rounds") or 1
+    if runs < 2:
+        return "1 run: run-to-run noise unknown"
+    low = point.get("samples_per_s_median_ci95_low")
+    high = point.get("samples_per_s_median_ci95_high")
+    cv = point.get("samples_per_s_cv")
+    text = f"median of {runs} runs, each a fresh process, over {rounds} round(s)"
+    if low is not None and high is not None:
+        text += f"; 95% interval {low:.1f}-{high:.1f}"
+    if cv is not None:
+        text += f"; run-to-run CV {100 * cv:.1f}%"
+    return text
+
+
+def _throughput(point: Mapping[str, Any]) -> float:
+    median = point.get("samples_per_s_median")
+    return point["samples_per_s"] if median is None else median
+
+
+def tie_set_text(members: list[Mapping[str, Any]]) -> str:
+    """'batch 32, 64, 128 with 0 workers and batch 64 with 2 workers are within 4.0% of each
+    other' for the tie set's members."""
+    by_workers: dict[int, list[int]] = {}
+    for m in members:
+        by_workers.setdefault(m["num_workers"], []).append(m["batch_size"])
+    parts = [
+        f"batch {', '.join(str(b) for b in sorted(sizes))} with {w} worker{'s' * (w != 1)}"
+        for w, sizes in sorted(by_workers.items())
+    ]
+    medians = [m["median_samples_per_s"] for m in members]
+    spread = 100 * (max(medians) / min(medians) - 1)
+    return f"{' and '.join(parts)} are within {spread:.1f}% of each other"
+
+
+def _detectable_text(answer: Mapping[str, Any]) -> str:
+    detect = answer.get("detectable_diff_frac")
+    if detect is None:
+        return ""
+    return (
+        f" With {answer['n_rounds']} rounds per point, differences of about {100 * detect:.0f}%"
+        " or more could be told apart on this machine."
+    )
+
+
+def _verdict_text(rec: Mapping[str, Any]) -> str:
+    """What the comparison between rounds says of the recommended point and the others."""
+    answer = rec["verdict"]
+    test = "Welch tests on log throughput across runs, Holm-corrected"
+    if answer["verdict"] == "separated":
+        runner = rec["runner_up"]
         return (
-            f"mean of {point['n_seeds']} seeds, 95% CI {point['samples_per_s_ci95_low']:.1f}"
-            f"-{point['samples_per_s_ci95_high']:.1f} samples/s (±{_pct(spread)})"
+            f" It is faster than every other point measured ({test}); the next fastest is "
+            f"{config_text(runner)} at {_throughput(runner):.1f} samples/s."
+            + _detectable_text(answer)
         )
-    if point["spread_source"] == "window_iqr":
-        return f"1 seed, median of the measurement windows, IQR {_pct(spread)} of the median"
-    if point["spread_source"] == "step_iqr":
-        return f"1 seed, step-time IQR {_pct(spread)} of the median"
-    return "1 seed, one measurement window: spread unknown"
-
-
-def _sources(*points: Mapping[str, Any] | None) -> str:
-    names = [SPREAD_SOURCES[p["spread_source"]] for p in points if p and p["spread_source"]]
-    return " and ".join(dict.fromkeys(names))
+    if answer["verdict"] == "too_noisy":
+        return (
+            " No point can be called faster than another: with one run per point the "
+            "run-to-run noise is unknown (the windows inside one process do not show it). "
+            "Set measure.rounds to 3 or more."
+        )
+    needed = [r["rounds"] for r in answer.get("rounds_to_separate", []) if r["rounds"]]
+    more = ""
+    if needed:
+        span = str(min(needed)) if min(needed) == max(needed) else f"{min(needed)}-{max(needed)}"
+        more = f" Separating the tied points would take about {span} rounds."
+    reason = answer["pick_reason"]
+    return (
+        f" It is not separated from the others: {tie_set_text(answer['tie_set'])} ({test}),"
+        f" so they tie; {reason[0].lower()}{reason[1:]}" + _detectable_text(answer) + more
+    )
 
 
 def sentence(rec: Mapping[str, Any]) -> str:
-    """The one-sentence recommendation (two when the runner-up needs comparing)."""
+    """The recommendation: the pick, how it was measured, and what the comparison between
+    rounds says of the others (from ``results/recommendation.json``)."""
     best, runner = rec["best"], rec["runner_up"]
     if best is None:
         statuses = [p["status"] for p in rec["absent_points"]]
@@ -68,22 +123,10 @@ def sentence(rec: Mapping[str, Any]) -> str:
             f"{len(rec['diverged_batch_sizes'])} diverged, {statuses.count('failed')} run(s) "
             f"failed, {statuses.count('missing')} missing), so there is no recommendation."
         )
-    text = f"Use {config_text(best)}: {best['samples_per_s']:.1f} samples/s ({_seed_text(best)})."
+    text = f"Use {config_text(best)}: {_throughput(best):.1f} samples/s ({_runs_text(best)})."
     if runner is None:
         return text + " It is the only configuration that ran ok, so nothing was compared."
-    versus = f"the runner-up ({config_text(runner)}, {runner['samples_per_s']:.1f} samples/s)"
-    if rec["within_noise"] is None:
-        return text + f" It is {rec['gap_pct']:.1f}% faster than {versus}; spread unknown."
-    sources = _sources(best, runner)
-    if rec["within_noise"]:
-        return text + (
-            f" But {versus} is within noise: the gap of {rec['gap_pct']:.1f}% is smaller than "
-            f"the measured spread of {rec['noise_pct']:.1f}% ({sources}), so treat them as equal."
-        )
-    return text + (
-        f" It is {rec['gap_pct']:.1f}% faster than {versus}, more than the measured spread "
-        f"of {rec['noise_pct']:.1f}% ({sources})."
-    )
+    return text + _verdict_text(rec)
 
 
 def _quality(point: Mapping[str, Any]) -> str:

@@ -58,9 +58,31 @@ rule plots:
         " --outdir {params.outdir:q} --maxbatch {input.maxbatch:q} > {log:q} 2>&1"
 
 
+# The answer, machine-readable: per mode x model x accumulation, the pick, the tie set and the
+# verdict from the runs' throughputs across rounds. Everything that states the answer reads it.
+rule answer:
+    input:
+        summary="results/summary.csv",
+        by_point="results/summary_by_point.csv",
+    output:
+        "results/recommendation.json",
+    log:
+        "logs/answer.log",
+    benchmark:
+        "benchmarks/answer.tsv"
+    conda:
+        "../envs/report.yaml"
+    params:
+        level=config["sweep"]["level"],
+    shell:
+        "python -m batchscope.report.answer --summary {input.summary:q}"
+        " --by-point {input.by_point:q} --level {params.level} --output {output:q} > {log:q} 2>&1"
+
+
 rule recommend:
     input:
         summary="results/summary.csv",
+        answer="results/recommendation.json",
         env="results/env/environment.json",
         # the convergence report's findings, for sweeps that train towards a target (else none)
         convergence=[p for p in convergence_outputs() if p.endswith(".json")],
@@ -84,5 +106,5 @@ rule recommend:
         ),
     shell:
         "python -m batchscope.report.recommend --summary {input.summary:q} --env {input.env:q}"
-        " --markdown {output.markdown:q} --html {output.html:q} {params.convergence:q}"
+        " --answer {input.answer:q} --markdown {output.markdown:q} --html {output.html:q} {params.convergence:q}"
         " > {log:q} 2>&1"

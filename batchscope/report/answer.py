@@ -1,0 +1,104 @@
+"""The answer, machine-readable: ``results/recommendation.json``.
+
+    python -m batchscope.report.answer --summary results/summary.csv \\
+        --by-point results/summary_by_point.csv --level 0.05 \\
+        --output results/recommendation.json
+
+Per mode × model × dataset × accumulation, the points (batch size × workers) are compared on
+their per-run throughputs: one number per fresh process, over rounds and seeds, never windows
+inside one process (``batchscope.core.verdict.decide``: the leader, the points not
+significantly slower than it, and the verdict ``separated``, ``tie`` or ``too_noisy``). The pick
+is the leader when it is separated, else the tie set's point with the least peak memory, then
+the fewest workers, then the highest median. The schema is
+``batchscope/core/recommendation_schema.json`` (docs/results.md); the Markdown and HTML
+recommendation, the plots and the report read this file and derive no answer of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import jsonschema
+import pandas as pd
+
+from batchscope.core import results, verdict
+from batchscope.report.aggregate import with_grid_defaults
+
+#: One answer per distinct value of these.
+GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps"]
+
+
+def _point_rows(by_point: pd.DataFrame) -> dict[tuple, dict[str, Any]]:
+    """(group..., batch_size, num_workers) -> what the pick rule reads of that point."""
+    rows = {}
+    for _, row in by_point.iterrows():
+        key = (*(row[k] for k in GROUP_KEYS), int(row["batch_size"]), int(row["num_workers"]))
+        memory = row.get("peak_mem_mb_mean")
+        rows[key] = {
+            "batch_size": int(row["batch_size"]),
+            "num_workers": int(row["num_workers"]),
+            "peak_mem_mb": None if pd.isna(memory) else float(memory),
+        }
+    return rows
+
+
+def answers(summary: pd.DataFrame, by_point: pd.DataFrame, level: float) -> list[dict[str, Any]]:
+    """One answer per group that has a point with an ok run; groups in sorted order."""
+    summary = with_grid_defaults(summary)
+    ok = summary[summary["status"] == "ok"]
+    ok = ok[pd.to_numeric(ok["samples_per_s"]) > 0]
+    rows = _point_rows(with_grid_defaults(by_point))
+    out = []
+    for group, runs in ok.groupby(GROUP_KEYS, sort=True):
+        points: dict[tuple, list[float]] = {}
+        for (b, w), point_runs in runs.groupby(["batch_size", "num_workers"], sort=True):
+            points[(*group, int(b), int(w))] = [float(v) for v in point_runs["samples_per_s"]]
+        decision = verdict.decide(points, level)
+        named = dict(zip(GROUP_KEYS, group, strict=True))
+        out.append(
+            verdict.to_answer(
+                decision,
+                {key: rows[key] for key in points},
+                mode=named["mode"],
+                model=named["model"],
+                accumulation_steps=int(named["accumulation_steps"]),
+                dataset=named["dataset"],
+            )
+        )
+    return out
+
+
+def document(summary: pd.DataFrame, by_point: pd.DataFrame, level: float) -> dict[str, Any]:
+    """The whole file, checked against its schema."""
+    doc = verdict.to_document(answers(summary, by_point, level), level)
+    jsonschema.validate(results.finite_or_null(doc), verdict.load_schema())
+    return doc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m batchscope.report.answer", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--summary", required=True, help="summary CSV (one row per run)")
+    parser.add_argument("--by-point", required=True, help="summary_by_point CSV")
+    parser.add_argument("--level", type=float, required=True, help="sweep.level")
+    parser.add_argument("--output", required=True, help="recommendation JSON")
+    args = parser.parse_args(argv)
+    summary = pd.read_csv(args.summary)
+    by_point = pd.read_csv(args.by_point)
+    doc = document(summary, by_point, args.level)
+    results.write_json(args.output, doc)
+    for answer in doc["answers"]:
+        print(
+            f"batchscope answer: {answer['mode']} {answer['model']}: {answer['verdict']},"
+            f" pick {answer['pick']}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
