@@ -95,3 +95,8 @@ def settings(mode: str = "train", **values: Any) -> dict:
             section = found[0]
         changes.setdefault(section, {})[name] = value
     return changes
+
+
+#: What an end-to-end test's sweep measures unless rounds are its subject: one round, windows
+#: of a few steps rather than seconds (the default sweep measures 3 rounds of 1 s windows).
+ONE_ROUND = {"rounds": 1, "min_seconds": 0}

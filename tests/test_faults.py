@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from batchscope.core import results
+from tests.factories import ONE_ROUND
 from tests.test_workflow import REPO, job_counts, write_config
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +38,7 @@ def test_sigkill_mid_run_then_rerun_redoes_only_the_killed_and_missing_jobs(tmp_
         batch_sizes=[8, 16, 32],
         num_workers=[0],
         seeds=[0],
-        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0},
+        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0, **ONE_ROUND},
         infer={"max_steps": 1500},  # several seconds per job: long enough to be caught mid-run
     )
     runs = tmp_path / "results" / "runs" / "infer" / "small_cnn"
@@ -123,15 +124,15 @@ def test_a_failed_grid_point_does_not_stop_the_others_and_is_listed_in_a_partial
         batch_sizes=[8, 16, 200],  # 256 samples hold one batch of 200: nothing to measure
         num_workers=[0],
         seeds=[0],
-        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0},
+        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0, **ONE_ROUND},
     )
     first = subprocess.run(_snakemake_cmd(tmp_path, config, "--cores", "2"), env=_env(),
                            capture_output=True, text=True, timeout=900)  # fmt: skip
     assert first.returncode != 0  # one job failed ...
     runs = tmp_path / "results" / "runs" / "infer" / "small_cnn"
     assert sorted(p.name for p in runs.glob("*.json")) == [
-        "bs16_acc1_nw0_seed0.json",
-        "bs8_acc1_nw0_seed0.json",
+        "bs16_acc1_nw0_seed0_round1.json",
+        "bs8_acc1_nw0_seed0_round1.json",
     ]
     assert not (tmp_path / "results" / "summary.csv").exists()  # ... the others still ran
 

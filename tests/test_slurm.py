@@ -19,6 +19,8 @@ import pytest
 import yaml
 from slurm_cluster import Cluster, require_slurm, run_killable, slurm_cluster
 
+from tests.factories import ONE_ROUND
+
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "profiles" / "slurm"
 ACCOUNT = "batchscope-ci"  # any name: without accounting SLURM does not check it
@@ -34,7 +36,7 @@ TINY = {
     "num_workers": [0],
     "seeds": [0],
     "device": "cpu",
-    "measure": {"warmup_steps": 1},
+    "measure": {"warmup_steps": 1, **ONE_ROUND},
     "train": {"max_steps": 4},
     "infer": {"max_steps": 4},
 }
@@ -157,7 +159,7 @@ def test_benchmarks_get_the_gpu_one_at_a_time_with_workers_plus_threads_cpus(swe
     spans = sorted((job["StartTime"], job["EndTime"]) for job in gpu_jobs)
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
     for mode, bs in GRID:
-        result = workdir / f"results/runs/{mode}/small_cnn/bs{bs}_acc1_nw0_seed0.json"
+        result = workdir / f"results/runs/{mode}/small_cnn/bs{bs}_acc1_nw0_seed0_round1.json"
         assert json.loads(result.read_text())["torch_threads"] == threads
 
 

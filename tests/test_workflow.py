@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.factories import ONE_ROUND
+
 REPO = Path(__file__).resolve().parents[1]
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 needs_fmnist = pytest.mark.skipif(
@@ -59,7 +61,7 @@ TINY = {
     "batch_sizes": [7, 50],
     "num_workers": [0, 1],
     "seeds": [0],
-    "measure": {"warmup_steps": 2},
+    "measure": {"warmup_steps": 2, **ONE_ROUND},
     "train": {"max_steps": 8, "lr": 0.02},
     "infer": {"max_steps": 8},
 }
@@ -94,10 +96,10 @@ def test_accumulation_multiplies_the_training_grid_only(tmp_path):
     assert counts["bench"] == 2 * 2 * 2 + 2 * 2  # train: batch x accumulation x workers; infer
     outputs = [line.split("output: ")[1] for line in done.stdout.splitlines() if "output: " in line]
     runs = {o.split(",")[0] for o in outputs if o.startswith("results/runs/")}
-    assert "results/runs/train/small_cnn/bs50_acc4_nw1_seed0.json" in runs
+    assert "results/runs/train/small_cnn/bs50_acc4_nw1_seed0_round1.json" in runs
     assert {r for r in runs if "_acc4_" in r and "/infer/" in r} == set()
     # the wildcard reaches the job: its spec (written by the workflow, no job environment)
-    spec_path = "specs/runs/train/small_cnn/bs50_acc4_nw1_seed0.json"
+    spec_path = "specs/runs/train/small_cnn/bs50_acc4_nw1_seed0_round1.json"
     written = snakemake(tmp_path, spec_path, "--cores", "1", "--configfile", str(config))
     assert written.returncode == 0, written.stderr
     spec = json.loads((tmp_path / spec_path).read_text())
@@ -169,10 +171,12 @@ def test_summary_has_one_ok_row_per_grid_point_with_the_environment(fmnist_run):
 @needs_fmnist
 def test_each_run_measures_exactly_its_batch_size_after_warmup(fmnist_run):
     workdir, _ = fmnist_run
-    steps = pd.read_csv(workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0.steps.csv")
+    steps = pd.read_csv(
+        workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0_round1.steps.csv"
+    )
     assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 6
     assert list(steps["samples_seen"]) == [7 * i for i in range(1, 9)]
-    run = workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0.json"
+    run = workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0_round1.json"
     result = json.loads(run.read_text())
     assert result["measured_samples"] == 42 and result["batch_size"] == 7
     assert result["pythonhashseed"] == "0" and result["deterministic"] is True
@@ -202,7 +206,7 @@ def test_rerun_does_only_what_is_missing(fmnist_run):
     nothing = snakemake(workdir, "-n", "--configfile", str(config))
     assert "Nothing to be done" in nothing.stdout + nothing.stderr
     # as after a run in which one grid point failed: its result and the table are missing
-    removed = [workdir / "results/runs/infer/small_cnn/bs50_acc1_nw0_seed0.json"]
+    removed = [workdir / "results/runs/infer/small_cnn/bs50_acc1_nw0_seed0_round1.json"]
     removed.append(workdir / "results/summary.csv")
     for path in removed:  # set aside, restored for the tests that read them
         path.rename(path.with_name(path.name + ".aside"))
@@ -224,7 +228,7 @@ def test_oom_is_a_result_and_the_sweep_completes(tmp_path):
         batch_sizes=[4, 4096],
         num_workers=[0],
         seeds=[0],
-        measure={"warmup_steps": 1},
+        measure={"warmup_steps": 1, **ONE_ROUND},
         infer={"max_steps": 3},
         cpu_memory_budget_mb=64,  # a 4096 x 3 x 64 x 64 float batch alone is 192 MB
     )
@@ -248,7 +252,7 @@ def test_accumulation_axis_from_config_to_table_and_recommendation(tmp_path):
         batch_sizes=[8],
         num_workers=[0],
         seeds=[0],
-        measure={"warmup_steps": 1, "repeats": 1},
+        measure={"warmup_steps": 1, "repeats": 1, **ONE_ROUND},
         train={
             "max_steps": 5,
             "lr": 0.01,
@@ -262,15 +266,15 @@ def test_accumulation_axis_from_config_to_table_and_recommendation(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     runs = tmp_path / "results" / "runs"
     assert sorted(p.relative_to(runs).as_posix() for p in runs.rglob("*.json")) == [
-        "infer/small_cnn/bs8_acc1_nw0_seed0.json",
-        "train/small_cnn/bs8_acc1_nw0_seed0.json",
-        "train/small_cnn/bs8_acc3_nw0_seed0.json",
+        "infer/small_cnn/bs8_acc1_nw0_seed0_round1.json",
+        "train/small_cnn/bs8_acc1_nw0_seed0_round1.json",
+        "train/small_cnn/bs8_acc3_nw0_seed0_round1.json",
     ]
     summary = pd.read_csv(tmp_path / "results" / "summary.csv")
     train = summary[summary["mode"] == "train"].set_index("accumulation_steps")
     assert list(train["effective_batch_size"].sort_index()) == [8, 24]
     assert train.loc[3, "lr"] == pytest.approx(3 * train.loc[1, "lr"])  # scaled with the batch
-    steps = pd.read_csv(runs / "train/small_cnn/bs8_acc3_nw0_seed0.steps.csv")
+    steps = pd.read_csv(runs / "train/small_cnn/bs8_acc3_nw0_seed0_round1.steps.csv")
     assert steps["samples_seen"].diff().dropna().eq(24).all()  # one update per 3 micro-batches
     points = pd.read_csv(tmp_path / "results" / "summary_by_point.csv")
     assert sorted(points.loc[points["mode"] == "train", "accumulation_steps"]) == [1, 3]
@@ -296,7 +300,12 @@ def test_corrupt_image_is_skipped_counted_and_logged(tmp_path):
         batch_sizes=[4],
         num_workers=[0],
         seeds=[0],
-        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0},  # one pass over the images
+        measure={
+            "warmup_steps": 1,
+            "repeats": 1,
+            "min_steps": 0,
+            **ONE_ROUND,
+        },  # one pass over the images
     )
     done = snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -405,6 +405,13 @@ def _sort_value(row: Mapping[str, Any], column: str, descending: bool) -> tuple[
     return (0, -float(value) if descending else float(value))
 
 
+def _shown(value: Any) -> str:
+    """A value as a reason quotes it: whole numbers plain, others to 3 significant digits."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.0f}" if abs(value) >= 100 or value.is_integer() else f"{value:.3g}"
+    return str(value)
+
+
 def describe(row: Mapping[str, Any], key: Hashable) -> str:
     """'batch_size=64, num_workers=2' from a row, or the key itself when the row lacks them."""
     if "batch_size" in row and "num_workers" in row:
@@ -432,7 +439,7 @@ def pick(
         narrowed = [k for k in candidates if _sort_value(rows[k], column, descending) == best]
         if len(narrowed) < len(candidates):
             label = _LABELS.get(column, (f"lowest {column}", f"highest {column}"))[descending]
-            deciding.append(f"{label} ({column}={rows[narrowed[0]].get(column)})")
+            deciding.append(f"{label} ({column}={_shown(rows[narrowed[0]].get(column))})")
         candidates = narrowed
         if len(candidates) == 1:
             break
