@@ -368,11 +368,13 @@ def test_compare_shows_the_environment_difference_beside_the_metric_difference(f
 
 
 def _default_sweep_outputs() -> set[str]:
-    """Every file the default sweep (config/config.yaml) makes, as it made them before the run
-    spec existed: the contract that refactoring the workflow must keep."""
+    """Every file the default sweep (config/config.yaml) is known to make before it starts:
+    what it made before the run spec existed, with the first round's runs (later rounds are
+    what the decision after each round keeps), that decision, and the machine-readable answer.
+    The contract that refactoring the workflow must keep."""
     grid = [(m, b, w) for m in ("train", "infer") for b in (32, 64, 128, 256) for w in (0, 2)]
     runs = {
-        f"results/runs/{m}/small_cnn/bs{b}_acc1_nw{w}_seed0{suffix}"
+        f"results/runs/{m}/small_cnn/bs{b}_acc1_nw{w}_seed0_round1{suffix}"
         for m, b, w in grid
         for suffix in (".json", ".steps.csv")
     }
@@ -383,12 +385,13 @@ def _default_sweep_outputs() -> set[str]:
     }
     plots = ("breakdown", "data_wait", "loss_curves", "peak_memory", "throughput", "val_accuracy")
     tables = ("curves.csv", "summary.csv", "summary_by_point.csv", "env/environment.json")
-    documents = ("recommendation.md", "recommendation.html")
+    documents = ("recommendation.md", "recommendation.html", "recommendation.json")
     return (
         runs
         | ceilings
         | {f"results/plots/{name}.png" for name in plots}
         | {f"results/{name}" for name in (*tables, *documents)}
+        | {"results/rounds/round1.json", "results/rounds/round2.json"}
         | {"resources/datasets/fashion_mnist"}
     )
 
@@ -396,7 +399,8 @@ def _default_sweep_outputs() -> set[str]:
 def test_the_default_sweep_makes_the_files_it_always_made_plus_one_spec_per_job(tmp_path):
     done = snakemake(tmp_path, "--summary", "--cores", "2")
     assert done.returncode == 0, done.stderr
-    files = {line.split("\t")[0] for line in done.stdout.splitlines()[1:] if line.strip()}
+    files = {line.split("\t")[0] for line in done.stdout.splitlines() if "\t" in line}
+    files.discard("output_file")
     specs = {f for f in files if f.startswith("specs/")}
     assert files - specs == _default_sweep_outputs()
     # one spec per benchmark and ceiling job, laid out as their results are

@@ -1,0 +1,125 @@
+"""Rounds end to end: the same tiny grid raced and measured in full, through Snakemake."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from batchscope.core import rounds
+from batchscope.report import rounds as decide
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.e2e
+
+#: Inference on synthetic images, two batch sizes far apart in throughput, 3 rounds.
+GRID = {
+    "dataset": {"name": "synthetic", "channels": 1, "image_size": 12, "num_samples": 1024},
+    "models": ["small_cnn"],
+    "modes": ["infer"],
+    "batch_sizes": [4, 128],
+    "num_workers": [0],
+    "seeds": [0],
+    "measure": {"warmup_steps": 2, "repeats": 2, "min_steps": 4, "min_seconds": 0.2,
+                "rounds": 3, "ceiling": False},
+}  # fmt: skip
+
+
+def _sweep(root: Path, strategy: str) -> Path:
+    workdir = root / strategy
+    workdir.mkdir()
+    config = workdir / "config.yaml"
+    config.write_text(yaml.safe_dump({**GRID, "sweep": {"strategy": strategy}}))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory"]
+    cmd += [str(workdir), "--configfile", str(config), "--cores", "2"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rounds")
+    return {strategy: _sweep(root, strategy) for strategy in ("full", "race")}
+
+
+def _runs(workdir: Path) -> list[Path]:
+    return sorted((workdir / "results" / "runs" / "infer" / "small_cnn").glob("*.json"))
+
+
+def test_full_measures_every_point_in_every_round_in_the_shuffled_order(sweeps):
+    workdir = sweeps["full"]
+    runs = _runs(workdir)
+    assert len(runs) == 2 * 3
+    points = [("infer", "small_cnn", b, 1, 0) for b in (4, 128)]
+    jobs = [(point, 0) for point in points]
+    by_time = sorted(runs, key=lambda p: p.stat().st_mtime_ns)
+    rounds_run = [json.loads(p.read_text())["round"] for p in by_time]
+    assert rounds_run == [1, 1, 2, 2, 3, 3]  # a round only after the one before
+    for r in (1, 2, 3):
+        batches = [json.loads(p.read_text())["batch_size"] for p in by_time[2 * r - 2 : 2 * r]]
+        assert batches == [job[0][2] for job in rounds.job_order(jobs, 0, r)]
+    points = pd.read_csv(workdir / "results" / "summary_by_point.csv").set_index("batch_size")
+    assert points["n_rounds"].tolist() == [3, 3]
+    assert points["eliminated_at_round"].isna().all()
+    assert (points["samples_per_s_cv"] > 0).all()
+
+
+def test_race_runs_what_its_recorded_decisions_kept_and_they_follow_from_the_runs(sweeps):
+    """Which point is faster depends on the machine; what must hold is that each round ran the
+    points the decision before it kept, and that the decisions follow from the runs (the same
+    runs give the same decisions)."""
+    workdir = sweeps["race"]
+    runs = [json.loads(p.read_text()) for p in _runs(workdir)]
+    assert len(runs) <= len(_runs(sweeps["full"]))
+    measured = {1: {rounds.point_of(r) for r in runs if r["round"] == 1}}
+    for r in (1, 2):
+        path = workdir / "results" / "rounds" / f"round{r}.json"
+        decision = json.loads(path.read_text())
+        kept = {tuple(p) for p in decision["next_round"]}
+        assert kept == {rounds.point_of(x) for x in runs if x["round"] == r + 1}
+        # the same runs, decided again, give the same decision
+        paths = [str(p) for p in _runs(workdir) if json.loads(p.read_text())["round"] <= r]
+        paths = [p for p in paths if rounds.point_of(json.loads(Path(p).read_text()))
+                 in measured[r]]  # fmt: skip
+        again = decide.decide_round(
+            decide.throughputs(paths), strategy="race", level=0.05, looks=decision["looks"]
+        )
+        assert [list(p) for p in again[0]] == decision["next_round"]
+        measured[r + 1] = kept
+    points = pd.read_csv(workdir / "results" / "summary_by_point.csv").set_index("batch_size")
+    for entry in json.loads((workdir / "results" / "rounds" / "round2.json").read_text())[
+        "eliminated"
+    ]:
+        assert (
+            points.loc[entry["batch_size"], "eliminated_at_round"] == entry["eliminated_at_round"]
+        )
+        # an eliminated point keeps its runs, and has none after its elimination
+        assert points.loc[entry["batch_size"], "n_rounds"] == entry["eliminated_at_round"]
+
+
+def test_the_answer_is_valid_and_the_recommendation_says_its_verdict(sweeps):
+    import jsonschema
+
+    from batchscope.core import verdict
+
+    for strategy in ("full", "race"):
+        results = sweeps[strategy] / "results"
+        document = json.loads((results / "recommendation.json").read_text())
+        jsonschema.validate(document, verdict.load_schema())
+        (answer,) = document["answers"]
+        pick = answer["pick"]
+        text = (results / "recommendation.md").read_text()
+        use = f"Use batch_size={pick['batch_size']}, num_workers={pick['num_workers']}:"
+        assert use in text
+        said = {
+            "separated": "faster than every other point measured",
+            "tie": "so they tie",
+            "too_noisy": "run-to-run noise is unknown",
+        }
+        assert said[answer["verdict"]] in text
