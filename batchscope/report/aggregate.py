@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import results
+from batchscope.core import paths, results
 
 #: The columns a reader looks at first, in this order; every other result key follows.
 FIRST_COLUMNS = (
@@ -59,11 +58,11 @@ FIRST_COLUMNS = (
     "env_fingerprint",
 )
 
-#: Order of the rows: by grid point, seeds last.
-SORT_KEYS = ["mode", "model", "batch_size", "accumulation_steps", "num_workers", "seed"]
+#: Order of the rows: by grid point, seeds last (a sweep reads one dataset).
+SORT_KEYS = [key for key in results.GRID_KEYS if key != "dataset"]
 
 #: A point of the points table: a grid point with its seeds pooled.
-POINT_KEYS = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers"]
+POINT_KEYS = [key for key in results.GRID_KEYS if key != "seed"]
 
 #: Keys a result must carry for its row to mean anything.
 REQUIRED_KEYS = (*results.GRID_KEYS, "status", "env_fingerprint", "schema_version")
@@ -107,16 +106,18 @@ MEAN_METRICS = (
 )
 
 #: The name the workflow gives a result file (the mode and model are its two parent folders).
-RESULT_NAME = re.compile(
-    r"bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)\.json"
-)
+RESULT_NAME = paths.RESULT_NAME
+
+#: Mode, model, batch size, accumulation, workers and seed of a result path the workflow named.
+grid_of_path = paths.grid_of_path
 
 
 def with_accumulation(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with an integer ``accumulation_steps`` column. Tables from before gradient
     accumulation was an axis (and rows that lack it) ran one micro-batch per update: 1."""
     column = frame.get("accumulation_steps", pd.Series(1, index=frame.index))
-    return frame.assign(accumulation_steps=pd.to_numeric(column).fillna(1).astype(int))
+    dtype = results.FIELDS["accumulation_steps"].dtype
+    return frame.assign(accumulation_steps=pd.to_numeric(column).fillna(1).astype(dtype))
 
 
 def steps_path(result_path: str | Path) -> Path:
@@ -165,20 +166,6 @@ def read_results(result_paths: Iterable[str | Path]) -> list[tuple[Path, dict[st
         pairs.append((path, result))
     _check_unique(pairs)
     return pairs
-
-
-def grid_of_path(result_path: str | Path) -> dict[str, Any]:
-    """Mode, model, batch size, workers and seed of a result path the workflow named
-    (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json``); ``ValueError`` for any other name."""
-    path = Path(result_path)
-    match = RESULT_NAME.fullmatch(path.name)
-    if match is None or not path.parent.name or not path.parent.parent.name:
-        raise ValueError(
-            f"{path}: cannot tell its grid point: expected"
-            " <mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>.json"
-        )
-    grid = {"mode": path.parent.parent.name, "model": path.parent.name}
-    return grid | {key: int(value) for key, value in match.groupdict().items()}
 
 
 def log_path(log_dir: str | Path, result_path: str | Path) -> Path:
@@ -399,9 +386,10 @@ def collect_curves(
     contributes no rows. Rows are sorted by grid point, then step.
     """
     columns = [*results.GRID_KEYS, *results.STEP_COLUMNS]
+    step_dtypes = {c: t for c, t in results.curve_dtypes().items() if c in results.STEP_COLUMNS}
     frames = []
     for raw_path, grid in steps_paths_with_grid:
-        steps = pd.read_csv(raw_path)
+        steps = pd.read_csv(raw_path, dtype=step_dtypes)
         missing = [c for c in results.STEP_COLUMNS if c not in steps.columns]
         if missing:
             raise ValueError(f"{raw_path}: steps CSV lacks column(s) {', '.join(missing)}")
