@@ -1,5 +1,7 @@
 """Factories tests share: run specs built the way the workflow builds them, from a config whose
-missing keys take the schema's defaults."""
+missing keys take the schema's defaults; and fake results (:func:`fake_result`, a run's result
+valid against the result schema, and :func:`summary_row`, a row of ``summary.csv``), the one
+place tests make them."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscope.core import config as config_module
+from batchscope.core import results
 from batchscope.core import spec as spec_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,3 +103,171 @@ def settings(mode: str = "train", **values: Any) -> dict:
 #: What an end-to-end test's sweep measures unless rounds are its subject: one round, windows
 #: of a few steps rather than seconds (the default sweep measures 3 rounds of 1 s windows).
 ONE_ROUND = {"rounds": 1, "min_seconds": 0}
+
+
+# --------------------------------------------------------------------------- fake results
+
+#: The environment fingerprint of every fake result.
+FINGERPRINT = "0123456789ab"
+
+#: The keys a result has only with a training target, and only with noise-scale measurements
+#: (each group is all there or not at all).
+TARGET_KEYS = tuple(
+    name for name, f in results.FIELDS.items() if not f.required and "noise_scale" not in name
+)
+NOISE_SCALE_KEYS = tuple(
+    name for name, f in results.FIELDS.items() if not f.required and "noise_scale" in name
+)
+
+#: Statuses of summary rows without a result file.
+ABSENT_STATUSES = ("failed", "missing")
+
+#: The per-step time breakdown of a fake ok run: it adds up to its mean step time (64 ms).
+_BREAKDOWN = {
+    "train": {"runner": 0.5, "data_wait": 6.4, "h2d": 0.1, "forward": 25.0, "backward": 27.0,
+              "optimizer": 4.0, "other": 1.0},
+    "infer": {"runner": 0.5, "data_wait": 6.4, "h2d": 0.1, "forward": 56.0, "backward": None,
+              "optimizer": None, "other": 1.0},
+}  # fmt: skip
+
+
+def fake_result(
+    mode: str = "train",
+    *,
+    status: str = "ok",
+    target: bool = False,
+    noise_scale: bool = False,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """One run's result as the benchmark job writes it, valid against the result schema, with
+    plausible numbers for a small CPU run (64 samples per step, 1000 samples/s).
+
+    ``mode`` decides what training adds (inference has none of it), ``status`` which
+    measurements exist (``oom`` and ``diverged``: no statistics, as the loop leaves them);
+    ``target`` and ``noise_scale`` add those groups of keys, as does overriding any key of a
+    group. ``overrides`` replace keys last; a key the schema lacks makes the result invalid.
+    ``effective_batch_size`` and ``pythonhashseed`` follow the overridden grid keys.
+    """
+    train = mode == "train"
+    grid = {
+        "mode": mode,
+        "model": "small_cnn",
+        "dataset": "synthetic",
+        "batch_size": 64,
+        "accumulation_steps": 1,
+        "num_workers": 0,
+        "seed": 0,
+        "round": 1,
+    }
+    grid.update({key: overrides[key] for key in results.GRID_KEYS if key in overrides})
+    batch = grid["batch_size"] * grid["accumulation_steps"]
+    ok, measured = status == "ok", status in ("ok", "diverged")
+    result = {
+        "schema_version": results.SCHEMA_VERSION,
+        **grid,
+        "status": status,
+        "error": "DefaultCPUAllocator: can't allocate memory" if status == "oom" else None,
+        "stopped_early": False,
+        "samples_per_s": 1000.0 if ok else None,
+        "samples_per_s_iqr": 20.0 if ok else None,
+        "samples_per_s_windows": [990.0, 1000.0, 1030.0] if ok else None,
+        "repeats": 3 if ok else 0,
+        "noisy": False if ok else None,
+        "steps_run": 12 if ok else 5 if measured else 0,
+        "warmup_steps": 2,
+        "measured_steps": 10 if ok else 3 if measured else 0,
+        "measured_samples": (10 if ok else 3 if measured else 0) * batch,
+        "measured_s": 0.64 if ok else 0.19 if measured else 0.0,
+        "flops_per_sample": 8.0e6,
+        "achieved_tflops": 0.008 if ok else None,
+        "peak_tflops": None,
+        "mfu": None,
+        "gpu_util_pct_mean": None,
+        "step_time_ms_p50": 64.0 if ok else None,
+        "step_time_ms_p90": 70.0 if ok else None,
+        "step_time_ms_p99": 75.0 if ok else None,
+        "step_time_ms_iqr": 2.0 if ok else None,
+        "step_time_ms_mean": 64.0 if ok else None,
+        "data_wait_frac": 0.1 if measured else None,
+        **{f"time_{phase}_ms": value if ok else None for phase, value in _BREAKDOWN[mode].items()},
+        "worker_startup_s": 0.0001,
+        "time_to_first_batch_s": 0.01,
+        "first_step_s": 0.1 if measured else None,
+        "compile_s": None,
+        "wall_s": 1.0,
+        "peak_mem_mb": 100.0,
+        "peak_rss_mb": 100.0,
+        "workers_pss_mb": 0.0,
+        "cuda_max_allocated_mb": None,
+        "cuda_max_reserved_mb": None,
+        "dry_run_peak_mem_mb": 95.0 if measured else None,
+        "cpu_memory_budget_mb": None,
+        "effective_batch_size": batch,
+        "epochs": 1,
+        "max_steps": 12,
+        "optimizer": "sgd" if train else None,
+        "lr": 0.1 if train else None,
+        "base_lr": 0.1 if train else None,
+        "lr_scaling": "none" if train else None,
+        "lr_warmup_steps": 0 if train else None,
+        "final_loss": 1.5 if train and ok else None,
+        "val_accuracy": 0.4 if train and ok else None,
+        "val_loss": 1.6 if train and ok else None,
+        "val_samples": 512 if train and ok else None,
+        "precision": "fp32",
+        "channels_last": False,
+        "compile": False,
+        "image_size": 16,
+        "channels": 1,
+        "images_skipped": 0,
+        "pin_memory": True,
+        "non_blocking": True,
+        "prefetch_factor": 2,
+        "persistent_workers": False,
+        "device": "cpu",
+        "device_name": "test cpu",
+        "torch_version": "2.14.1",
+        "env_fingerprint": FINGERPRINT,
+        "torch_threads": 2,
+        "omp_num_threads": "2",
+        "cuda_visible_devices": None,
+        "slurm_job_id": None,
+        "deterministic": True,
+        "pythonhashseed": str(grid["seed"]),
+        "started_at": "2026-01-01T00:00:00+00:00",
+    }
+    if target or any(key in overrides for key in TARGET_KEYS):
+        result.update(
+            target_metric="val_accuracy",
+            target=0.8,
+            target_reached=False,
+            steps_to_target=None,
+            samples_to_target=None,
+            seconds_to_target=None,
+            best_val_metric=0.4 if measured else None,
+        )
+    if noise_scale or any(key in overrides for key in NOISE_SCALE_KEYS):
+        result.update(
+            noise_scale_b_simple=70.0,
+            noise_scale_ci95_low=35.0,
+            noise_scale_ci95_high=140.0,
+            noise_scale_grad_sq_norm=1.0,
+            noise_scale_trace_cov=70.0,
+            noise_scale_measurements=40,
+            noise_scale_batch_small=max(1, batch // 4),
+            noise_scale_batch_big=batch,
+        )
+    result.update(overrides)
+    return result
+
+
+def summary_row(mode: str = "train", *, status: str = "ok", **overrides: Any) -> dict[str, Any]:
+    """One row of ``summary.csv`` as the reporting modules read it: a :func:`fake_result` with
+    its lists joined by ';'; for a grid point without a result (status ``failed`` or
+    ``missing``), only its grid keys, status and ``error``, then ``overrides``."""
+    if status in ABSENT_STATUSES:
+        grid = fake_result(mode, **{k: v for k, v in overrides.items() if k in results.GRID_KEYS})
+        row = {key: grid[key] for key in results.GRID_KEYS}
+        return {**row, "status": status, "error": None, **overrides}
+    result = fake_result(mode, status=status, **overrides)
+    return {k: ";".join(map(str, v)) if isinstance(v, list) else v for k, v in result.items()}

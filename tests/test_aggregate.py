@@ -16,61 +16,12 @@ import pytest
 from batchscope.core import results
 from batchscope.core.stats import mean_ci
 from batchscope.report import aggregate
-
-FINGERPRINT = "0123456789ab"
-
-
-def make_result(**overrides) -> dict:
-    """A complete, plausible result dict for one grid point; keys overridable."""
-    result = {
-        "schema_version": results.SCHEMA_VERSION,
-        "mode": "train",
-        "model": "small_cnn",
-        "dataset": "synthetic",
-        "batch_size": 64,
-        "accumulation_steps": 1,
-        "num_workers": 0,
-        "seed": 0,
-        "device": "cpu",
-        "device_name": "test cpu",
-        "status": "ok",
-        "error": None,
-        "samples_per_s": 1000.0,
-        "step_time_ms_p50": 64.0,
-        "step_time_ms_p90": 70.0,
-        "step_time_ms_p99": 75.0,
-        "step_time_ms_iqr": 2.0,
-        "data_wait_frac": 0.1,
-        "measured_steps": 3,
-        "warmup_steps": 1,
-        "measured_samples": 192,
-        "measured_s": 0.19,
-        "time_to_first_batch_s": 0.01,
-        "peak_mem_mb": 100.0,
-        "peak_rss_mb": 100.0,
-        "cuda_max_allocated_mb": None,
-        "cuda_max_reserved_mb": None,
-        "final_loss": 1.5,
-        "val_accuracy": 0.4,
-        "lr": 0.1,
-        "images_skipped": 0,
-        "torch_threads": 2,
-        "pin_memory": False,
-        "non_blocking": False,
-        "prefetch_factor": None,
-        "persistent_workers": False,
-        "deterministic": True,
-        "env_fingerprint": FINGERPRINT,
-        "started_at": "2026-01-01T00:00:00Z",
-        "wall_s": 1.0,
-    }
-    result.update(overrides)
-    return result
+from tests.factories import FINGERPRINT, fake_result
 
 
 def write_run(folder, steps: int = 4, **overrides):
     """Write a result JSON and its steps CSV under ``folder``; returns the JSON path."""
-    result = make_result(**overrides)
+    result = fake_result(**overrides)
     name = (
         f"bs{result['batch_size']}_acc{result['accumulation_steps']}"
         f"_nw{result['num_workers']}_seed{result['seed']}"

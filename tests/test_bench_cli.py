@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from batchscope.core import results
 from batchscope.core.spec import RunSpec
 from tests.factories import make_spec, settings
 
@@ -49,10 +50,11 @@ def test_same_seed_gives_a_bit_identical_loss_curve_across_processes(tmp_path):
     losses = [pd.read_csv(f"{out}.steps.csv")["loss"].tolist() for _, out in runs]
     assert losses[0] == losses[1]  # exact float equality, step by step
     assert losses[0] != losses[2]
-    results = [json.loads(out.with_suffix(".json").read_text()) for _, out in runs]
-    assert results[0]["val_accuracy"] == results[1]["val_accuracy"]
-    assert results[0]["env_fingerprint"] == results[1]["env_fingerprint"]
-    assert results[0]["pythonhashseed"] == "7" and results[2]["pythonhashseed"] == "8"
+    written = [json.loads(out.with_suffix(".json").read_text()) for _, out in runs]
+    assert written[0]["val_accuracy"] == written[1]["val_accuracy"]
+    assert written[0]["env_fingerprint"] == written[1]["env_fingerprint"]
+    assert written[0]["pythonhashseed"] == "7" and written[2]["pythonhashseed"] == "8"
+    results.validate_result(written[0])  # the result schema holds a plain training run's keys
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -80,6 +82,41 @@ def test_batch_too_large_for_the_data_is_one_line(tmp_path):
     result = json.loads(out.with_suffix(".json").read_text())
     assert result["status"] == "too_large_for_data"
     assert result["error"].startswith("batch_size 400 gives 1 steps")
+    results.validate_result(result)
+
+
+#: One run of each shape a result takes: the schema must hold every key each writes.
+#: (The plain training run is test_same_seed_gives_a_bit_identical_loss_curve_across_processes'.)
+SHAPES = {
+    "infer": make_spec(
+        "infer", num_workers=1, dataset={"name": "synthetic", **SYNTHETIC},
+        **settings("infer", max_steps=10),
+    ),
+    "train towards a target, noise scale measured": make_spec(
+        "train", batch_size=16, dataset={"name": "synthetic", **SYNTHETIC},
+        **settings(
+            "train", max_steps=10, eval_every_samples=64, eval_samples=64, target_accuracy=0.99,
+            noise_scale_every_steps=2, lr_scaling="linear", base_batch_size=8,
+        ),
+    ),
+    "out of memory": make_spec(
+        "train", batch_size=64, cpu_memory_budget_mb=1, dataset={"name": "synthetic", **SYNTHETIC},
+        **settings("train", max_steps=10, warmup_steps=1),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_the_result_follows_the_result_schema(tmp_path, shape):
+    """Every key the benchmark job writes is in the schema (additionalProperties: false), with
+    its type, and every key the schema always expects is written."""
+    done, out = bench(tmp_path, "run", spec=SHAPES[shape])
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.with_suffix(".json").read_text())
+    results.validate_result(result)
+    assert result["status"] == ("oom" if shape == "out of memory" else "ok")
+    with open(f"{out}.steps.csv") as handle:
+        assert handle.readline().strip().split(",") == list(results.STEP_COLUMNS)
 
 
 _EXIT = """

@@ -1,6 +1,7 @@
 import pandas as pd
 
 from batchscope.report.compare import environment_diff, metric_diff
+from tests.factories import summary_row
 
 
 def _summary(changes=None):
@@ -8,13 +9,12 @@ def _summary(changes=None):
     rows = []
     for bs in (32, 64):
         row = {
-            "mode": "train", "model": "small_cnn", "dataset": "fashion_mnist", "batch_size": bs,
-            "num_workers": 0, "seed": 0, "status": "ok", "samples_per_s": 1000.0,
+            "dataset": "fashion_mnist", "batch_size": bs, "samples_per_s": 1000.0,
             "step_time_ms_p50": 50.0, "step_time_ms_iqr": 5.0, "peak_mem_mb": 900.0,
             "final_loss": 0.5, "val_accuracy": 0.80, "val_samples": 10000, "torch_threads": 2,
         }  # fmt: skip
         row.update(changes.get(bs, {}))
-        rows.append(row)
+        rows.append(summary_row(**row))
     return pd.DataFrame(rows)
 
 

@@ -19,6 +19,7 @@ from batchscope.report import convergence_fits as fits
 from batchscope.report import convergence_pages as pages
 from batchscope.report import convergence_report as cr
 from batchscope.report import convergence_tables as tables
+from tests.factories import summary_row
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,35 +40,31 @@ def run(batch, seed, *, reached=True, status="ok", workers=0, b_simple=70.0, ste
     steps = S_MIN * (1 + B_NOISE / batch) * SEED_FACTORS[seed]
     ok = status == "ok"
     reached = reached and ok
-    row = {
-        "mode": "train",
-        "model": "small_cnn",
-        "dataset": "fashion_mnist",
-        "batch_size": batch,
-        "num_workers": workers,
-        "seed": seed,
-        "status": status,
-        "samples_per_s": batch / step_time(batch) if ok else np.nan,
-        "steps_run": steps_run or (round(steps * 1.5) if ok else np.nan),
-        "target_metric": "val_accuracy",
-        "target": 0.8,
-        "target_reached": reached if ok else np.nan,
-        "steps_to_target": steps if reached else np.nan,
-        "samples_to_target": steps * batch if reached else np.nan,
-        "seconds_to_target": steps * step_time(batch) if reached else np.nan,
-        "lr": 0.05 * batch / 64 if ok else np.nan,
-        "base_lr": 0.05 if ok else np.nan,
-        "lr_scaling": "linear" if ok else np.nan,
-        "accumulation_steps": 1 if ok else np.nan,
-        "effective_batch_size": batch if ok else np.nan,
-        "noise_scale_b_simple": b_simple + seed if ok else np.nan,
-        "noise_scale_ci95_low": b_simple / 2 if ok else np.nan,
-        "noise_scale_ci95_high": b_simple * 2 if ok else np.nan,
-        "noise_scale_measurements": 40 if ok else np.nan,
-        "noise_scale_batch_small": batch // 4 if ok else np.nan,
-        "noise_scale_batch_big": batch if ok else np.nan,
+    measured = {
+        "samples_per_s": batch / step_time(batch),
+        "steps_run": steps_run or round(steps * 1.5),
+        "target_reached": reached,
+        "steps_to_target": steps if reached else None,
+        "samples_to_target": steps * batch if reached else None,
+        "seconds_to_target": steps * step_time(batch) if reached else None,
+        "lr": 0.05 * batch / 64,
+        "base_lr": 0.05,
+        "lr_scaling": "linear",
+        "noise_scale_b_simple": b_simple + seed,
+        "noise_scale_ci95_low": b_simple / 2,
+        "noise_scale_ci95_high": b_simple * 2,
+        "noise_scale_measurements": 40,
     }
-    return row
+    return summary_row(
+        "train",
+        status=status,
+        dataset="fashion_mnist",
+        batch_size=batch,
+        num_workers=workers,
+        seed=seed,
+        target=0.8,
+        **(measured if ok else {}),
+    )
 
 
 def sweep(**overrides) -> pd.DataFrame:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from batchscope.report import recommend, recommend_pages, recommend_target
+from tests.factories import summary_row
 
 ENV = {"fingerprint": "0123456789ab", "torch": "2.14.1", "device_name": "Test GPU"}
 
@@ -36,29 +37,28 @@ def run(
     without it the row has no such value (as results from before the windows); ``extra`` adds
     or overrides columns."""
     ok = status == "ok"
-    train = mode == "train"
     windows = np.nan if window_iqr_pct is None or not ok else samples_per_s * window_iqr_pct / 100
-    return {
-        "mode": mode,
+    measured = {
+        "samples_per_s": samples_per_s,
+        "samples_per_s_iqr": windows,
+        "step_time_ms_p50": 100.0,
+        "step_time_ms_iqr": iqr_ms,
+        "peak_mem_mb": 10.0 * batch_size,
+        "data_wait_frac": data_wait,
+    }
+    if mode == "train":
+        measured.update(val_accuracy=val_accuracy, final_loss=final_loss)
+    row = {
         "model": model,
-        "dataset": "synthetic",
         "batch_size": batch_size,
         "num_workers": num_workers,
         "seed": seed,
         "device": "cuda:0",
-        "status": status,
         "error": error if error or ok else "CUDA out of memory",
-        "samples_per_s": samples_per_s if ok else np.nan,
-        "samples_per_s_iqr": windows,
-        "step_time_ms_p50": 100.0 if ok else np.nan,
-        "step_time_ms_iqr": iqr_ms if ok else np.nan,
-        "peak_mem_mb": 10.0 * batch_size if ok else np.nan,
-        "data_wait_frac": data_wait if ok else np.nan,
-        "final_loss": final_loss if ok and train else np.nan,
-        "val_accuracy": val_accuracy if ok and train else np.nan,
-        "env_fingerprint": ENV["fingerprint"] if status not in ("failed", "missing") else None,
-        **extra,
+        "achieved_tflops": None,  # not measured unless a test says so
+        **(measured if ok else {}),
     }
+    return summary_row(mode, status=status, **{**row, **extra})
 
 
 def rounds(batch_size, num_workers, median, n=3, spread=0.01, **kw):

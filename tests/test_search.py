@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from batchscope.bench import maxbatch
-from batchscope.core import search
+from batchscope.core import results, search
 from batchscope.core import spec as spec_module
 from batchscope.core.search import TrialResult
 from tests.factories import make_spec, settings, sweep_config
@@ -326,6 +326,8 @@ def test_maxbatch_finds_a_real_allocator_limit_on_the_cpu(tmp_path):
     ]
     # one bench process, with its own result file, per trial
     assert len(list(trials.glob("bs*[0-9].json"))) == len(result["trials"]) == result["trial_count"]
+    for trial in trials.glob("bs*[0-9].json"):  # each follows the result schema (ok and oom)
+        results.validate_result(json.loads(trial.read_text()))
     assert len(list(trials.glob("bs*.spec.json"))) == result["trial_count"]  # its spec
     assert all(t["returncode"] == 0 and t["process_s"] > 0 for t in result["trials"])
     assert result["device"] == "cpu" and result["summary"].startswith("largest batch")

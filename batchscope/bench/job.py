@@ -23,7 +23,7 @@ from batchscope.core import results
 from batchscope.core.spec import RunSpec, SpecError
 
 #: The status of a trial whose batch leaves no step to measure after its warm-up.
-TOO_LARGE_FOR_DATA = "too_large_for_data"
+TOO_LARGE_FOR_DATA = results.TOO_LARGE_FOR_DATA
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

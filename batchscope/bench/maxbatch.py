@@ -54,7 +54,7 @@ from batchscope.core.spec import RunSpec, SearchSpec, SpecError
 _MB = 1024 * 1024
 
 #: The status bench gives a trial whose batch leaves no step to measure (bench.job).
-TOO_LARGE_FOR_DATA = "too_large_for_data"
+TOO_LARGE_FOR_DATA = results.TOO_LARGE_FOR_DATA
 
 #: How each trial runs: warm-up steps, then measured steps (memory peaks in the first step;
 #: the second shows it holds), and the search's own bounds.

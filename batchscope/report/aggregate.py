@@ -121,7 +121,7 @@ def with_grid_defaults(frame: pd.DataFrame) -> pd.DataFrame:
     filled = {}
     for key, value in LATER_GRID_KEYS.items():
         column = frame.get(key, pd.Series(value, index=frame.index))
-        filled[key] = pd.to_numeric(column).fillna(value).astype(int)
+        filled[key] = pd.to_numeric(column).fillna(value).astype(results.FIELDS[key].dtype)
     return frame.assign(**filled)
 
 
@@ -444,9 +444,10 @@ def collect_curves(
     contributes no rows. Rows are sorted by grid point, then step.
     """
     columns = [*results.GRID_KEYS, *results.STEP_COLUMNS]
+    step_dtypes = {c: t for c, t in results.curve_dtypes().items() if c in results.STEP_COLUMNS}
     frames = []
     for raw_path, grid in steps_paths_with_grid:
-        steps = pd.read_csv(raw_path)
+        steps = pd.read_csv(raw_path, dtype=step_dtypes)
         missing = [c for c in results.STEP_COLUMNS if c not in steps.columns]
         if missing:
             raise ValueError(f"{raw_path}: steps CSV lacks column(s) {', '.join(missing)}")
