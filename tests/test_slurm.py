@@ -41,7 +41,7 @@ TINY = {
     "infer": {"max_steps": 4},
 }
 GRID = {(mode, bs) for mode in TINY["modes"] for bs in TINY["batch_sizes"]}
-LIGHT_RULES = {"capture_environment", "aggregate", "plots", "recommend"}
+LIGHT_RULES = {"capture_environment", "aggregate", "plots", "answer", "recommend"}
 
 
 @pytest.fixture(scope="module")

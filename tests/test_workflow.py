@@ -82,8 +82,9 @@ def test_dry_run_lists_exactly_one_job_per_grid_point(tmp_path):
         "capture_environment": 1,
         "download_dataset": 1,
         "plots": 1,
+        "answer": 1,
         "recommend": 1,
-        "total": 2 * (2 * 3 * 2 * 2 + 2 * 3) + 6,
+        "total": 2 * (2 * 3 * 2 * 2 + 2 * 3) + 7,
     }
 
 
@@ -216,7 +217,15 @@ def test_rerun_does_only_what_is_missing(fmnist_run):
         for path in removed:
             path.with_name(path.name + ".aside").rename(path)
     counts = job_counts(again.stdout + again.stderr)
-    assert counts == {"bench": 1, "aggregate": 1, "plots": 1, "recommend": 1, "all": 1, "total": 5}
+    assert counts == {
+        "bench": 1,
+        "aggregate": 1,
+        "plots": 1,
+        "answer": 1,
+        "recommend": 1,
+        "all": 1,
+        "total": 6,
+    }
 
 
 def test_oom_is_a_result_and_the_sweep_completes(tmp_path):

@@ -76,7 +76,8 @@ checkpoint max_batch:
 # After each round but the last: which points the next round measures. With `sweep.strategy:
 # race`, points significantly slower than their group's leader leave; with `full`, none do.
 # A checkpoint, so that the next round's jobs are the ones it kept; a barrier, so that no run
-# of round r + 1 starts before every run of round r has finished.
+# of round r + 1 starts before every run of round r has finished. Light: it runs where Snakemake
+# runs (on a cluster too), so the next round is not held up by a queue.
 checkpoint round_done:
     input:
         results=round_inputs,
@@ -87,6 +88,7 @@ checkpoint round_done:
         "logs/rounds/round{round}.log",
     benchmark:
         "benchmarks/rounds/round{round}.tsv"
+    localrule: True
     conda:
         "../envs/report.yaml"
     params:
