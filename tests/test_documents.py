@@ -1,5 +1,7 @@
 """The shared document pieces: Markdown tables and standalone HTML pages."""
 
+import re
+
 import pandas as pd
 
 from batchscope.report import documents
@@ -40,3 +42,28 @@ def test_learning_rate_text_names_the_scaling_when_there_was_one():
     assert lr_text({**scaled, "lr_scaling": "none"}) == "0.1"
     assert lr_text({**scaled, "base_lr": float("nan")}) == "0.1"  # a table's empty cell
     assert lr_text({"lr": None}) == lr_text({"lr": float("nan")}) == "unknown"
+
+
+def test_the_readme_layout_names_every_module_and_rules_file_and_nothing_else():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :]
+    layout = layout[: layout.index("\n```\n", layout.index("```") + 3)]
+    modules = {
+        p.name
+        for floor in ("core", "bench", "report")
+        for p in (root / "batchscope" / floor).glob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    }
+    for name in sorted(modules):
+        prefix = name.removesuffix(".py").split("_")[0]
+        families = (f"{prefix}*.py", f"{prefix}_*.py")
+        assert name in layout or any(f in layout for f in families), f"Layout lacks {name}"
+    for rules in (root / "workflow" / "rules").glob("*.smk"):
+        assert f"workflow/rules/{rules.name}" in layout
+    named = set(re.findall(r"\b(\w+\.py)\b", layout))
+    scripts = {p.name for p in (root / "scripts").glob("*.py")}
+    unknown = named - modules - scripts
+    assert not unknown, f"Layout names what does not exist: {unknown}"
