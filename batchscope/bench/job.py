@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"batchscope bench: error: {exc}", file=sys.stderr)
         return 1
+    import_what_the_run_needs(spec)
     from batchscope.bench.data import DatasetError
     from batchscope.bench.loop import NothingToMeasure
     from batchscope.bench.measure import DeviceError
@@ -59,6 +60,26 @@ def main(argv: list[str] | None = None) -> int:
     except (DeviceError, DatasetError) as exc:  # bad input: one line
         print(f"batchscope bench: error: {exc}", file=sys.stderr)
         return 1
+
+
+def import_what_the_run_needs(spec: RunSpec) -> None:
+    """Import what this run needs, and nothing more, before the job's clock (``wall_s``) starts.
+
+    torch always; torchvision (about a second: it imports ``torch._dynamo``) only for a dataset
+    or model read or built through it; ``torch._dynamo`` for training, where torch.optim's
+    optimizers import it on their first parameter group and step whatever we do, and for
+    ``compute.compile``. For inference of the small CNN on synthetic data it imports neither.
+    """
+    import torch  # noqa: F401
+
+    from batchscope.bench import data, models
+
+    if data.needs_torchvision(spec.dataset.name):
+        import batchscope.bench.images  # noqa: F401
+    if models.needs_torchvision(spec.model):
+        import torchvision.models  # noqa: F401
+    if spec.mode == "train" or spec.compute.compile:
+        import torch._dynamo  # noqa: F401
 
 
 def _open_data(spec: RunSpec):
