@@ -106,6 +106,7 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     import torch
 
     from batchscope.bench import envinfo, measure, models, runner, seeding
+    from batchscope.bench.flops import flops_per_sample
 
     env = envinfo.runtime(spec.device)  # before threads and seeds are set: the environment as given
     device = measure.resolve_device(spec.device)
@@ -120,7 +121,10 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
 
     model = build()
     shape = tuple(work.dataset[0][0].shape)
-    flops = measure.flops_per_sample(build, shape, train=spec.mode == "train")
+    # a torchvision model on the meta device (no memory; torchvision has loaded what that
+    # needs), the small CNN on a CPU copy (milliseconds, and no torch._dynamo to import)
+    on = "meta" if models.needs_torchvision(spec.model) else "cpu"
+    flops = flops_per_sample(build, shape, train=spec.mode == "train", device=on)
     print(
         f"batchscope bench: {spec.mode} {spec.model} on {spec.dataset.name},"
         f" batch_size={spec.batch_size} accumulation_steps={spec.accumulation_steps}"
