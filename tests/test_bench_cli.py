@@ -158,6 +158,22 @@ def loaded(modules: set[str], package: str) -> bool:
     return any(m == package or m.startswith(package + ".") for m in modules)
 
 
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_a_small_cnn_job_on_synthetic_data_imports_only_what_it_needs(tmp_path, mode):
+    steps = settings(mode, max_steps=3, warmup_steps=1, repeats=1)
+    spec = make_spec(mode, dataset={"name": "synthetic", **SYNTHETIC}, **steps)
+    result, modules = bench_modules(tmp_path, mode, spec)
+    assert result["status"] == "ok" and result["flops_per_sample"] > 0
+    assert not loaded(modules, "torchvision")  # no torchvision dataset or model
+    assert not loaded(modules, "PIL")
+    for plotting in ("matplotlib", "seaborn", "pandas"):
+        assert not loaded(modules, plotting)
+    # torch.optim's optimizers import torch._dynamo (PyTorch's own, on their first parameter
+    # group); inference without torch.compile loads none of the compiler
+    compiler = ("torch._dynamo", "torch._inductor", "sympy")
+    assert [loaded(modules, name) for name in compiler] == [mode == "train"] * 3
+
+
 def test_a_torchvision_model_on_an_image_folder_still_runs_and_counts_flops_as_torch(tmp_path):
     from PIL import Image
 

@@ -1,5 +1,5 @@
-"""FLOPs per sample without torch's compiler: the figure the job records is the one PyTorch's
-own counter gives."""
+"""FLOPs per sample and deterministic kernels without torch's compiler: the figures and flags
+the job records are those PyTorch's own calls give."""
 
 import functools
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from batchscope.bench import flops, models
+from batchscope.bench import flops, models, seeding
 
 
 def flop_counter_mode(build, shape: tuple[int, ...], train: bool) -> float:
@@ -74,3 +74,18 @@ def test_an_operator_flop_count_leaves_aside_goes_to_flop_counter_mode(monkeypat
 def test_flops_on_another_device_is_refused():
     with pytest.raises(ValueError, match="meta device or a CPU copy"):
         flops.flops_per_sample(small_cnn(1, 10), (1, 28, 28), train=False, device="cuda")
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_deterministic_kernels_set_what_use_deterministic_algorithms_sets(compile):
+    was = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    try:
+        torch.use_deterministic_algorithms(False)
+        seeding.deterministic_kernels(compile=compile)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])

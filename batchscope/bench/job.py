@@ -113,7 +113,9 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if args.threads:
         torch.set_num_threads(max(1, min(args.threads, affinity)))
-    seeds = seeding.seed_everything(spec.seed, deterministic=spec.deterministic)
+    seeds = seeding.seed_everything(
+        spec.seed, deterministic=spec.deterministic, compile=spec.compute.compile
+    )
     work, val, channels = _open_data(spec)
 
     def build():
