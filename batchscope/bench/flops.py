@@ -16,8 +16,9 @@ Two ways to the same figure:
 its per-module breakdown. ``FlopCounterMode`` splits an operator that has no formula into the
 operators it is made of; ``FlopCount`` does so where the split is C++ (nothing to import), leaves
 ``native_batch_norm`` whole (its Python split only chooses a batch-norm kernel, none of which
-has a formula) and hands any other model, or one with a higher-order operator (control flow,
-Triton kernels), to ``FlopCounterMode`` itself.
+has a formula), and stops at any other operator with a Python split or a higher-order operator
+(control flow, Triton kernels): such a model is counted again, by ``FlopCounterMode`` on the
+meta device.
 """
 
 from __future__ import annotations
