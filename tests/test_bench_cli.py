@@ -1,5 +1,6 @@
 """The benchmark job's entry point in its own process, as Snakemake runs it."""
 
+import functools
 import json
 import os
 import subprocess
@@ -165,3 +166,76 @@ def test_a_spec_that_does_not_describe_a_run_is_one_line(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("batchscope bench: error:"), name
         assert expected[name] in lines[0], name
         assert not out.with_suffix(".json").exists()
+
+
+#: One bench job in this process, then the modules it loaded (what a real job's process holds
+#: when it writes its result).
+_BENCH_THEN_MODULES = """
+import json, sys
+from batchscope.bench import job
+rc = job.main(sys.argv[1:])
+print(json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
+"""
+
+
+def bench_modules(tmp_path, name, spec: RunSpec) -> tuple[dict, set[str]]:
+    """Run ``spec`` as a bench job in a fresh process; its result and the modules it loaded."""
+    path = write_spec(tmp_path, name, spec)
+    out = tmp_path / name
+    cmd = [sys.executable, "-c", _BENCH_THEN_MODULES, str(path), "--threads", "1"]
+    cmd += ["--output", f"{out}.json", "--steps", f"{out}.steps.csv"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["rc"] == 0, done.stderr
+    return json.loads(out.with_suffix(".json").read_text()), set(report["modules"])
+
+
+def loaded(modules: set[str], package: str) -> bool:
+    return any(m == package or m.startswith(package + ".") for m in modules)
+
+
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_a_small_cnn_job_on_synthetic_data_imports_only_what_it_needs(tmp_path, mode):
+    steps = settings(mode, max_steps=3, warmup_steps=1, repeats=1)
+    spec = make_spec(mode, dataset={"name": "synthetic", **SYNTHETIC}, **steps)
+    result, modules = bench_modules(tmp_path, mode, spec)
+    assert result["status"] == "ok" and result["flops_per_sample"] > 0
+    assert not loaded(modules, "torchvision")  # no torchvision dataset or model
+    assert not loaded(modules, "PIL")
+    for plotting in ("matplotlib", "seaborn", "pandas"):
+        assert not loaded(modules, plotting)
+    # torch.optim's optimizers import torch._dynamo (PyTorch's own, on their first parameter
+    # group); inference without torch.compile loads none of the compiler
+    compiler = ("torch._dynamo", "torch._inductor", "sympy")
+    assert [loaded(modules, name) for name in compiler] == [mode == "train"] * 3
+
+
+def test_a_torchvision_model_on_an_image_folder_still_runs_and_counts_flops_as_torch(tmp_path):
+    from PIL import Image
+
+    from batchscope.bench import models
+    from batchscope.bench.fetch import prepare
+    from batchscope.bench.flops import flops_per_sample
+
+    tree = tmp_path / "images"
+    for colour in ("red", "blue"):
+        (tree / colour).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (20 + i, 18), colour).save(tree / colour / f"{i}.png")
+    root = tmp_path / "prepared"
+    prepare("imagefolder", root, path=tree, log=lambda line: None)
+    spec = make_spec(
+        "infer",
+        model="resnet18",
+        batch_size=2,
+        dataset={"name": "imagefolder", "path": str(tree), "image_size": 32},
+        **settings("infer", max_steps=3, warmup_steps=1, repeats=1),
+    )
+    spec = replace(spec, dataset=replace(spec.dataset, root=str(root)))
+    result, modules = bench_modules(tmp_path, "resnet18", spec)
+    assert result["status"] == "ok" and result["image_size"] == 32
+    assert loaded(modules, "torchvision")
+    # the figure torch.utils.flop_counter.FlopCounterMode gives on the meta device
+    build = functools.partial(models.build_model, "resnet18", num_classes=2, in_channels=3)
+    assert result["flops_per_sample"] == flops_per_sample(build, (3, 32, 32), train=False)

@@ -1,4 +1,4 @@
-"""Tests of batchscope.bench.data: verified, cached, atomic prepare; splits that load."""
+"""Tests of batchscope.bench.fetch and .data: verified, cached, atomic prepare; splits that load."""
 
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ import torch
 from PIL import Image
 from torchvision.datasets.utils import calculate_md5
 
-from batchscope.bench import data
-from batchscope.bench.data import DatasetError, DownloadSpec, FileSpec, open_split, prepare
+from batchscope.bench import fetch
+from batchscope.bench.data import DatasetError, open_split
+from batchscope.bench.fetch import DownloadSpec, FileSpec, prepare
 from batchscope.core.results import read_json
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
-FASHION_FILES = [f.filename for f in data.SPECS["fashion_mnist"].files]
+FASHION_FILES = [f.filename for f in fetch.SPECS["fashion_mnist"].files]
 needs_debian_fashion = pytest.mark.skipif(
     not all((DEBIAN_FASHION / name).is_file() for name in FASHION_FILES),
     reason=f"Debian package dataset-fashion-mnist not installed ({DEBIAN_FASHION} lacks files)",

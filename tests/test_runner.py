@@ -21,7 +21,7 @@ def _data(n=96, value=None, seed=0):
 
 
 def _run(mode="train", batch_size=8, seed=0, data=None, accumulation_steps=1, **kw):
-    seeding.seed_everything(seed, deterministic=True)
+    seeding.seed_everything(seed, deterministic=True, compile=kw.get("compile", False))
     model = models.build_model("small_cnn", num_classes=4, in_channels=1)
     spec = make_spec(
         mode,

@@ -14,17 +14,18 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from batchscope.bench import data
+    from batchscope.bench import fetch
+    from batchscope.core import datasets
 
     p = argparse.ArgumentParser(prog="python -m batchscope.bench.download")
-    p.add_argument("--dataset", choices=data.DATASET_NAMES, required=True)
+    p.add_argument("--dataset", choices=datasets.NAMES, required=True)
     p.add_argument("--root", required=True, help="cache folder for this dataset")
     p.add_argument("--mirror", action="append", default=[], help="base URL or folder; repeatable")
     p.add_argument("--path", default=None, help="image folder (dataset imagefolder)")
     args = p.parse_args(argv)
     try:
-        data.prepare(args.dataset, args.root, mirrors=args.mirror, path=args.path)
-    except data.DatasetError as exc:
+        fetch.prepare(args.dataset, args.root, mirrors=args.mirror, path=args.path)
+    except fetch.DatasetError as exc:
         print(f"batchscope download: error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -187,7 +187,7 @@ def is_oom(exc: BaseException) -> bool:
     return False
 
 
-# --- compute: FLOPs, peak, utilisation ----------------------------------------------------
+# --- compute: peak, utilisation (FLOPs: batchscope.bench.flops) --------------------------
 
 #: Dense peak TFLOP/s by GPU name fragment: (bf16/fp16 tensor cores, fp32). Vendor datasheet
 #: figures for the SXM parts; set ``measure.peak_tflops`` for anything else.
@@ -209,29 +209,6 @@ def peak_tflops(device_name: str | None, precision: str) -> float | None:
         if device_name and fragment in device_name:
             return single if precision == "fp32" else half
     return None
-
-
-def flops_per_sample(build, input_shape: tuple[int, ...], *, train: bool) -> float:
-    """FLOPs one sample costs: forward (infer) or forward + backward (train).
-
-    Counted with ``torch.utils.flop_counter`` on the meta device: no memory, no kernels, and the
-    real model's state (batch-norm statistics, RNG) is untouched. ``build`` makes a fresh model.
-    """
-    from torch.utils.flop_counter import FlopCounterMode
-
-    batch = 2  # batch norm in training mode needs more than one sample per channel
-    with torch.device("meta"):
-        model = build()
-        x = torch.empty(batch, *input_shape)
-    model.train(train)
-    with FlopCounterMode(display=False) as counter:
-        if train:
-            from batchscope.bench.models import logits_of
-
-            logits_of(model(x)).sum().backward()
-        else:
-            model(x)
-    return counter.get_total_flops() / batch
 
 
 class GpuUtilisation:

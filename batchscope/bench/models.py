@@ -1,4 +1,7 @@
-"""Models: a small built-in CNN, or any torchvision classification model by name."""
+"""Models: a small built-in CNN, or any torchvision classification model by name.
+
+torchvision is imported only to list or build one of its models: the small CNN needs torch alone.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +45,11 @@ def available_models() -> list[str]:
     import torchvision
 
     return [SMALL_CNN, *torchvision.models.list_models(module=torchvision.models)]
+
+
+def needs_torchvision(name: str) -> bool:
+    """Whether building model ``name`` imports torchvision (every model but the small CNN)."""
+    return name != SMALL_CNN
 
 
 def input_channels(model_name: str, dataset_channels: int) -> int:

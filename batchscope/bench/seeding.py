@@ -13,11 +13,12 @@ import numpy as np
 import torch
 
 
-def seed_everything(seed: int, *, deterministic: bool) -> dict:
+def seed_everything(seed: int, *, deterministic: bool, compile: bool = False) -> dict:
     """Seed every generator a run touches and return what was set, for the result file.
 
     ``deterministic`` selects cuDNN's deterministic kernels and turns off its autotuner
     (``cudnn.benchmark``): bit-for-bit repeatable runs at some cost in speed on a GPU.
+    ``compile`` says whether the run uses ``torch.compile`` (see :func:`deterministic_kernels`).
     """
     random.seed(seed)
     np.random.seed(seed)
@@ -27,12 +28,29 @@ def seed_everything(seed: int, *, deterministic: bool) -> dict:
     if deterministic:
         # cuBLAS needs a fixed workspace for deterministic GEMMs (CUDA >= 10.2).
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic_kernels(compile=compile)
     return {
         "seed": seed,
         "deterministic": deterministic,
         "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
     }
+
+
+def deterministic_kernels(*, compile: bool) -> None:
+    """``torch.use_deterministic_algorithms(True, warn_only=True)``, without the compiler where
+    nothing is compiled.
+
+    That call also sets ``torch._inductor.config.deterministic``, which imports the compiler
+    (``torch._inductor``, then ``torch._dynamo``: about a second per process here) to set a
+    flag only compiled code reads. A run that compiles nothing sets the kernels' flag alone,
+    with the call that function makes for it; one that compiles, or a torch without that call,
+    goes through the function itself.
+    """
+    set_kernels = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if compile or set_kernels is None:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        set_kernels(True, warn_only=True)
 
 
 def loader_generator(seed: int) -> torch.Generator:

@@ -1,0 +1,158 @@
+"""Datasets read through torchvision and PIL: ``fashion_mnist``, ``cifar10``, ``imagefolder``.
+
+Imported by ``batchscope.bench.data.open_split`` only when one of these is opened (and by
+``batchscope.bench.fetch``, which prepares them): importing torchvision costs about a second,
+which a benchmark on synthetic data does not pay. The classes live at module level so that
+DataLoader workers started by ``spawn`` can unpickle them.
+
+- ``fashion_mnist``: ``torchvision.datasets.FashionMNIST`` over the decompressed files
+  ``prepare`` verified, normalised with the training set's mean and spread.
+- ``cifar10``: torchvision's CIFAR10 over the extracted archive, normalised likewise.
+- ``imagefolder``: the images ``<root>/index.json`` lists (the readable ones), decoded on access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import transforms
+from torchvision.datasets import CIFAR10, FashionMNIST
+from torchvision.datasets.folder import pil_loader
+
+from batchscope.bench.data import INDEX_NAME, DatasetError, Split, one_line, read_index
+from batchscope.core import datasets
+
+FASHION_MEAN, FASHION_STD = (0.2860,), (0.3530,)
+CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+
+#: Exceptions a broken image file raises while PIL decodes it.
+DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+
+
+def open_split(
+    name: str, root: Path, split: str, channels: int | None, image_size: int | None
+) -> Split:
+    """``batchscope.bench.data.open_split`` for the datasets torchvision reads (name checked)."""
+    if name == "fashion_mnist":
+        return _open_fashion_mnist(root, split, channels, image_size)
+    if name == "cifar10":
+        return _open_cifar10(root, split, channels, image_size)
+    return _open_imagefolder(root, channels, image_size)
+
+
+def fashion_raw_folder(root: Path) -> Path:
+    """Where ``torchvision.datasets.FashionMNIST(root)`` looks for the decompressed files."""
+    return root / FashionMNIST.__name__ / "raw"
+
+
+class ExpandChannels:
+    """Repeat a 1-channel image tensor to ``channels`` channels (a class: workers can pickle it)."""
+
+    def __init__(self, channels: int) -> None:
+        self.channels = channels
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        return image.repeat(self.channels, 1, 1)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(channels={self.channels})"
+
+
+def _image_transform(
+    name: str,
+    native_channels: int,
+    channels: int | None,
+    image_size: int | None,
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None,
+) -> transforms.Compose:
+    """PIL image -> (resize) -> tensor -> (normalize) -> (1 -> 3 channels)."""
+    steps: list[Callable] = []
+    if image_size is not None:
+        steps.append(transforms.Resize((image_size, image_size)))
+    steps.append(transforms.ToTensor())
+    if normalize is not None:
+        steps.append(transforms.Normalize(*normalize))
+    if channels is not None and channels != native_channels:
+        if (native_channels, channels) != (1, 3):
+            raise DatasetError(
+                f"{name}: cannot turn {native_channels}-channel images into {channels} channels"
+            )
+        steps.append(ExpandChannels(channels))
+    return transforms.Compose(steps)
+
+
+def _open_fashion_mnist(
+    root: Path, split: str, channels: int | None, image_size: int | None
+) -> Split:
+    native = datasets.native_channels("fashion_mnist")
+    transform = _image_transform(
+        "fashion_mnist", native, channels, image_size, (FASHION_MEAN, FASHION_STD)
+    )
+    try:
+        dataset = FashionMNIST(root, train=split == "train", transform=transform, download=False)
+    except RuntimeError as exc:
+        raise DatasetError(
+            f"fashion_mnist: no prepared copy in {fashion_raw_folder(root)}: {one_line(exc)}"
+        ) from exc
+    size = image_size or datasets.SHAPES["fashion_mnist"]["image_size"]
+    return Split(dataset, len(FashionMNIST.classes), channels or native, size, skipped=0)
+
+
+class PreparedCIFAR10(CIFAR10):
+    """torchvision's CIFAR10 checking only that each batch exists, not its md5.
+
+    ``prepare`` verified the whole archive's md5 before extracting it, so the per-batch md5s
+    (which a test archive of the same format cannot match) add nothing.
+    """
+
+    train_list = [[name, None] for name, _ in CIFAR10.train_list]
+    test_list = [[name, None] for name, _ in CIFAR10.test_list]
+    meta = {**CIFAR10.meta, "md5": None}
+
+
+def _open_cifar10(root: Path, split: str, channels: int | None, image_size: int | None) -> Split:
+    native = datasets.native_channels("cifar10")
+    transform = _image_transform("cifar10", native, channels, image_size, (CIFAR_MEAN, CIFAR_STD))
+    try:
+        dataset = PreparedCIFAR10(root, train=split == "train", transform=transform)
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise DatasetError(
+            f"cifar10: no prepared copy in {root / CIFAR10.base_folder}: {one_line(exc)}"
+        ) from exc
+    size = image_size or datasets.SHAPES["cifar10"]["image_size"]
+    return Split(dataset, len(dataset.classes), channels or native, size, skipped=0)
+
+
+class IndexedImages(Dataset):
+    """Images listed in an imagefolder index, decoded on access; a file that fails raises."""
+
+    def __init__(self, samples: Sequence[tuple[str, int]], transform: Callable) -> None:
+        self.samples = [(str(file), int(label)) for file, label in samples]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        file, label = self.samples[index]
+        try:
+            image = pil_loader(file)
+        except DECODE_ERRORS as exc:
+            raise DatasetError(f"imagefolder: cannot decode {file}: {one_line(exc)}") from exc
+        return self.transform(image), label
+
+
+def _open_imagefolder(root: Path, channels: int | None, image_size: int | None) -> Split:
+    index_path = root / INDEX_NAME
+    if not index_path.is_file():
+        raise DatasetError(f"imagefolder: no index at {index_path}; run prepare first")
+    index = read_index(index_path)
+    size = image_size or datasets.IMAGEFOLDER_DEFAULT_SIZE
+    native = datasets.native_channels("imagefolder")  # read as RGB
+    transform = _image_transform("imagefolder", native, channels, size, normalize=None)
+    dataset = IndexedImages(index["samples"], transform)
+    return Split(dataset, len(index["classes"]), native, size, skipped=len(index["skipped"]))
