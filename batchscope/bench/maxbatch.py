@@ -14,14 +14,14 @@ of two up to the limit, plus the limit), the memory-vs-batch curve and every tri
 
 Where the memory comes from:
 
-- **CPU**: the limit is a memory budget (``--cpu-memory-budget-mb``; without one, the memory
-  the machine has available when the search starts). Each trial runs under the budget *less the
-  margin* (bench's ``--cpu-memory-budget-mb``, enforced with ``RLIMIT_DATA``), so a batch that
-  does not fit fails in the real allocator and the margin is enforced by it. The budget counts
+- **CPU**: the limit is a memory budget (config ``cpu_memory_budget_mb``; without one, the
+  memory the machine has available when the search starts). Each trial runs under the budget
+  *less the margin* (the trial spec's ``cpu_memory_budget_mb``, enforced with ``RLIMIT_DATA``),
+  so a batch that does not fit fails in the real allocator and the margin is enforced by it. The budget counts
   private memory mapped after the trial's set-up while ``peak_mem_mb`` is the resident set, so
   the two are not comparable; the search takes the wall from the failures' own readings.
-- **CUDA** (and MPS): the capacity is ``--capacity-mb``, or the device's total memory, read by a
-  short ``python`` subprocess before the first trial (torch never initialises CUDA in this
+- **CUDA** (and MPS): the capacity is ``maxbatch.capacity_mb``, or the device's total memory,
+  read by a short ``python`` subprocess before the first trial (torch never initialises CUDA in this
   process: a context held here would take memory from the trials). A trial fits only if its
   peak allocated memory is at most ``(1 - margin) × capacity``.
   ``peak_mem_mb`` does not count the CUDA context or the caching allocator's slack; the margin
@@ -208,7 +208,7 @@ def _memory_limits(spec: SearchSpec) -> dict:
     if capacity is None:
         capacity, source = total_mb, f"{device} total memory"
     if capacity is None:
-        raise MaxBatchError(f"no memory size known for device {device!r}: pass --capacity-mb")
+        raise MaxBatchError(f"no memory size known for device {device!r}: set maxbatch.capacity_mb")
     return {
         "device": device,
         "capacity_mb": capacity,
