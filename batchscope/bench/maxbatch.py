@@ -17,8 +17,8 @@ Where the memory comes from:
 - **CPU**: the limit is a memory budget (config ``cpu_memory_budget_mb``; without one, the
   memory the machine has available when the search starts). Each trial runs under the budget
   *less the margin* (the trial spec's ``cpu_memory_budget_mb``, enforced with ``RLIMIT_DATA``),
-  so a batch that does not fit fails in the real allocator and the margin is enforced by it. The budget counts
-  private memory mapped after the trial's set-up while ``peak_mem_mb`` is the resident set, so
+  so a batch that does not fit fails in the real allocator and the margin is enforced by it.
+  The budget counts private memory mapped after the trial's set-up while ``peak_mem_mb`` is the resident set, so
   the two are not comparable; the search takes the wall from the failures' own readings.
 - **CUDA** (and MPS): the capacity is ``maxbatch.capacity_mb``, or the device's total memory,
   read by a short ``python`` subprocess before the first trial (torch never initialises CUDA in this
