@@ -18,11 +18,12 @@ Where the memory comes from:
   memory the machine has available when the search starts). Each trial runs under the budget
   *less the margin* (the trial spec's ``cpu_memory_budget_mb``, enforced with ``RLIMIT_DATA``),
   so a batch that does not fit fails in the real allocator and the margin is enforced by it.
-  The budget counts private memory mapped after the trial's set-up while ``peak_mem_mb`` is the resident set, so
-  the two are not comparable; the search takes the wall from the failures' own readings.
+  The budget counts private memory mapped after the trial's set-up while ``peak_mem_mb`` is
+  the resident set, so the two are not comparable; the search takes the wall from the failures'
+  own readings.
 - **CUDA** (and MPS): the capacity is ``maxbatch.capacity_mb``, or the device's total memory,
-  read by a short ``python`` subprocess before the first trial (torch never initialises CUDA in this
-  process: a context held here would take memory from the trials). A trial fits only if its
+  read by a short ``python`` subprocess before the first trial (torch never initialises CUDA in
+  this process: a context held here would take memory from the trials). A trial fits only if its
   peak allocated memory is at most ``(1 - margin) × capacity``.
   ``peak_mem_mb`` does not count the CUDA context or the caching allocator's slack; the margin
   covers them.
