@@ -76,9 +76,10 @@ def _detectable_text(answer: Mapping[str, Any]) -> str:
     detect = answer.get("detectable_diff_frac")
     if detect is None:
         return ""
+    size = f"about {100 * detect:.0f}%" if detect < 10 else "more than tenfold"
     return (
-        f" With {answer['n_rounds']} rounds per point, differences of about {100 * detect:.0f}%"
-        " or more could be told apart on this machine."
+        f" With {answer['n_rounds']} rounds per point, differences of {size} or more could be"
+        " told apart on this machine."
     )
 
 
