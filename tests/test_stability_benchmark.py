@@ -1,0 +1,164 @@
+"""The pure parts of scripts/stability_benchmark.py: reading answers, agreement between reruns,
+contradicted separations, full vs race, overrides. No sweeps, no timing."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "stability_benchmark.py"
+_spec = importlib.util.spec_from_file_location("stability_benchmark", SCRIPT)
+sb = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = sb  # dataclasses look their module up there
+_spec.loader.exec_module(sb)
+
+GROUP = ("train", "small_cnn", 1)
+
+
+def member(b, w, median=1000.0):
+    return {
+        "batch_size": b,
+        "num_workers": w,
+        "median_samples_per_s": median,
+        "ci_low": None,
+        "ci_high": None,
+        "cv": None,
+        "n_rounds": 3,
+        "p_value_vs_best": None,
+    }
+
+
+def document(pick, tie, verdict, mode="train"):
+    """A results/recommendation.json with one answer (tie: (b, w) pairs, leader first)."""
+    return {
+        "schema_version": 1,
+        "level": 0.05,
+        "test": "welch_log_t_directional_holm",
+        "answers": [
+            {
+                "mode": mode,
+                "model": "small_cnn",
+                "accumulation_steps": 1,
+                "pick": {"batch_size": pick[0], "num_workers": pick[1]},
+                "tie_set": [member(b, w) for b, w in tie],
+                "verdict": verdict,
+                "reason": "r",
+                "pick_reason": "p",
+                "n_rounds": 3,
+                "detectable_diff_frac": None,
+                "rounds_to_separate": [],
+            }
+        ],
+    }
+
+
+def answer(pick, tie, verdict):
+    return sb.answers_of(document(pick, tie, verdict))[GROUP]
+
+
+def test_answers_are_read_by_group_with_the_leader_first():
+    doc = document((32, 0), [(64, 2), (32, 0)], "tie")
+    doc["answers"] += document((128, 0), [(128, 0)], "separated", mode="infer")["answers"]
+    answers = sb.answers_of(doc)
+    assert set(answers) == {GROUP, ("infer", "small_cnn", 1)}
+    assert answers[GROUP] == sb.Answer((32, 0), ((64, 2), (32, 0)), "tie")
+    assert answers[GROUP].leader == (64, 2)
+
+
+def test_reruns_with_the_same_pick_agree():
+    runs = [answer((64, 0), [(64, 0)], "separated")] * 3
+    found = sb.agreement(runs)
+    assert found["same_pick"] and found["agree"] and not found["verdict_flips"]
+    assert found["contradictions"] == []
+
+
+def test_different_picks_agree_when_every_pick_is_in_every_tie_set():
+    runs = [
+        answer((32, 0), [(64, 0), (32, 0)], "tie"),
+        answer((64, 0), [(64, 0), (128, 0)], "tie"),  # 32 is not in this tie set
+        answer((64, 0), [(32, 0), (64, 0)], "tie"),
+    ]
+    found = sb.agreement(runs)
+    assert not found["same_pick"] and not found["agree"]
+    runs[1] = answer((64, 0), [(64, 0), (32, 0), (128, 0)], "tie")
+    found = sb.agreement(runs)
+    assert not found["same_pick"] and found["agree"]
+    assert not found["contradicted"]  # ties claim no separation
+
+
+def test_a_separation_contradicted_by_another_separation_is_strong():
+    runs = [answer((64, 0), [(64, 0)], "separated"), answer((128, 2), [(128, 2)], "separated")]
+    found = sb.agreement(runs)
+    kinds = {(c.claimant, c.other, c.kind) for c in found["contradictions"]}
+    assert kinds == {(0, 1, "separated-other"), (1, 0, "separated-other")}
+    assert found["strongly_contradicted"] and not found["agree"]
+
+
+@pytest.mark.parametrize(
+    ("other", "kind", "strong"),
+    [
+        (answer((128, 0), [(128, 0), (32, 0)], "tie"), "excluded", True),
+        (answer((64, 0), [(128, 0), (64, 0)], "tie"), "other-leader", False),
+        (answer((32, 0), [(64, 0), (32, 0)], "tie"), "other-pick", False),
+    ],
+)
+def test_kinds_of_contradiction_of_a_separation(other, kind, strong):
+    claim = answer((64, 0), [(64, 0)], "separated")
+    found = sb.agreement([claim, other])
+    assert [(c.claimant, c.other, c.point, c.kind) for c in found["contradictions"]] == [
+        (0, 1, (64, 0), kind)
+    ]
+    assert found["strongly_contradicted"] is strong
+    assert found["verdict_flips"]
+
+
+def test_a_tie_led_by_the_separated_point_and_picking_it_does_not_contradict():
+    claim = answer((64, 0), [(64, 0)], "separated")
+    other = answer((64, 0), [(64, 0), (32, 0)], "tie")
+    found = sb.agreement([claim, other])
+    assert found["same_pick"] and found["agree"] and found["contradictions"] == []
+
+
+def test_too_noisy_reruns_and_missing_answers_claim_nothing():
+    claim = answer((64, 0), [(64, 0)], "separated")
+    noisy = answer((32, 0), [(128, 0), (64, 0), (32, 0)], "too_noisy")
+    found = sb.agreement([claim, noisy, None])
+    assert found["n"] == 2 and found["contradictions"] == []
+    assert not found["agree"]  # the noisy rerun's pick is not in the separated tie set
+    assert found["verdicts"] == ["separated", "too_noisy", None]
+
+
+def test_race_agrees_with_full_when_its_pick_is_in_fulls_tie_set():
+    full = answer((32, 0), [(64, 0), (32, 0)], "tie")
+    assert sb.full_vs_race(full, answer((64, 0), [(64, 0)], "separated"))["agree"]
+    assert sb.full_vs_race(full, answer((32, 0), [(32, 0)], "separated"))["same_pick"]
+    outside = sb.full_vs_race(full, answer((256, 0), [(256, 0)], "separated"))
+    assert not outside["agree"] and not outside["race_pick_in_full_tie"]
+    assert [c.kind for c in outside["contradictions"]] == ["excluded"]
+    assert sb.full_vs_race(full, None)["agree"] is None
+
+
+def test_cv_and_overrides():
+    assert sb.cv([100.0]) is None
+    assert sb.cv([90.0, 110.0]) == pytest.approx(14.142135623730951 / 100)
+    config = {"measure": {"rounds": 3}, "modes": ["train", "infer"]}
+    out = sb.apply_overrides(
+        config, ["measure.rounds=2", "batch_sizes=[32, 64]", "sweep.strategy=full"]
+    )
+    assert out == {
+        "measure": {"rounds": 2},
+        "modes": ["train", "infer"],
+        "batch_sizes": [32, 64],
+        "sweep": {"strategy": "full"},
+    }
+    assert config["measure"]["rounds"] == 3  # a copy
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        sb.parse_override("rounds")
+
+
+def test_ratio_summary_is_the_median_of_per_pair_ratios():
+    s = sb.ratio_summary([0.9, 1.0, 1.1, 1.3])
+    assert s["median"] == pytest.approx(1.05)
+    assert (s["min"], s["max"]) == (0.9, 1.3)
+    assert sb.ratio_summary([0.98])["iqr"] == 0.0
