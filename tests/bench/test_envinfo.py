@@ -28,7 +28,7 @@ def test_fingerprint_follows_software_not_per_job_settings(monkeypatch):
 
 
 def test_capture_adds_pip_freeze_git_and_snakemake(tmp_path):
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     info = envinfo.capture("cpu", workflow_dir=repo, snakemake_version="9.27.1")
     assert any(line.startswith("torch==") for line in info["pip_freeze"])
     assert info["snakemake"] == "9.27.1"

@@ -15,7 +15,7 @@ from batchscope.core import paths, results
 from batchscope.report import aggregate
 from tests.factories import FINGERPRINT, NOISE_SCALE_KEYS, TARGET_KEYS, fake_result
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "results.md"
 
 

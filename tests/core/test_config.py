@@ -9,7 +9,7 @@ import yaml
 
 from batchscope.core.config import ConfigError, check, load_schema
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 

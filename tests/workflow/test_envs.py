@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV_FILES = sorted((ROOT / "workflow" / "envs").glob("*.yaml")) + [ROOT / "environment.yml"]
 # import name -> distribution name, where they differ
 DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml", "pynvml": "nvidia-ml-py"}

@@ -14,7 +14,7 @@ import yaml
 
 from tests.factories import ONE_ROUND
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 needs_fmnist = pytest.mark.skipif(
     not DEBIAN_FMNIST.is_dir(), reason="needs Debian's dataset-fashion-mnist package"

@@ -47,7 +47,7 @@ def test_learning_rate_text_names_the_scaling_when_there_was_one():
 def test_the_readme_layout_names_every_module_and_rules_file_and_nothing_else():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     layout = readme[readme.index("## Layout") :]
     layout = layout[: layout.index("\n```\n", layout.index("```") + 3)]

@@ -21,7 +21,7 @@ from slurm_cluster import Cluster, require_slurm, run_killable, slurm_cluster
 
 from tests.factories import ONE_ROUND
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "slurm"
 ACCOUNT = "batchscope-ci"  # any name: without accounting SLURM does not check it
 RUN_TIMEOUT_S = 600  # then the run and everything it started get SIGKILL

@@ -21,7 +21,7 @@ from batchscope.report import convergence_report as cr
 from batchscope.report import convergence_tables as tables
 from tests.factories import summary_row
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Steps to the target follow S = S_MIN (1 + B_NOISE/B); each seed is off by these factors.
 S_MIN, B_NOISE = 100.0, 64.0

@@ -434,7 +434,7 @@ def test_reporting_modules_do_not_import_torch():
         "import batchscope.report.aggregate, batchscope.report.plots, batchscope.report.recommend\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
 
 
 def test_partial_tables_feed_recommend_and_plots(tmp_path):

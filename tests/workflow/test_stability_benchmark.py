@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "stability_benchmark.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "stability_benchmark.py"
 _spec = importlib.util.spec_from_file_location("stability_benchmark", SCRIPT)
 sb = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = sb  # dataclasses look their module up there

@@ -15,7 +15,7 @@ import pytest
 
 from batchscope.core import results
 from tests.factories import ONE_ROUND
-from tests.test_workflow import REPO, job_counts, write_config
+from tests.workflow.test_workflow import REPO, job_counts, write_config
 
 pytestmark = pytest.mark.e2e
 

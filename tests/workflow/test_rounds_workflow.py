@@ -13,7 +13,7 @@ import yaml
 from batchscope.core import rounds
 from batchscope.report import rounds as decide
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 #: Inference on synthetic images, two batch sizes far apart in throughput, 3 rounds.
