@@ -43,6 +43,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from batchscope.core import results
+from batchscope.report import aggregate
 from batchscope.report.figures import save_png
 from batchscope.report.plots_lines import (
     peak_memory_figure,
@@ -68,10 +69,13 @@ def all_figures(
     summary: pd.DataFrame,
     curves: pd.DataFrame,
     maxbatch: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    answer: Mapping[str, Any] | None = None,
+    eliminated: Mapping[tuple, int] | None = None,
 ) -> dict[str, Figure]:
-    """Every figure of the report, by its PNG file name."""
+    """Every figure of the report, by its PNG file name (``answer`` and ``eliminated``: see
+    ``throughput_figure``)."""
     return {
-        "throughput.png": throughput_figure(summary),
+        "throughput.png": throughput_figure(summary, answer, eliminated),
         "peak_memory.png": peak_memory_figure(summary, maxbatch),
         "data_wait.png": data_wait_figure(summary),
         "breakdown.png": breakdown_figure(summary),
@@ -98,11 +102,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="FILE",
         help="largest-batch search results (bench.maxbatch) to mark on the memory figure",
     )
+    parser.add_argument(
+        "--answer", help="results/recommendation.json: the pick and its tie set are marked"
+    )
+    parser.add_argument(
+        "--rounds", nargs="*", default=[], help="results/rounds/*.json: the race's eliminations"
+    )
     args = parser.parse_args(argv)
 
     summary = pd.read_csv(args.summary)
     curves = pd.read_csv(args.curves)
-    for name, fig in all_figures(summary, curves, read_maxbatch(args.maxbatch)).items():
+    answer = results.read_json(args.answer) if args.answer else None
+    eliminated = aggregate.read_eliminated(args.rounds)
+    figures = all_figures(summary, curves, read_maxbatch(args.maxbatch), answer, eliminated)
+    for name, fig in figures.items():
         save_png(fig, Path(args.outdir) / name)
         plt.close(fig)
     return 0

@@ -39,9 +39,19 @@ LIMIT_LABEL = "largest batch that fits"
 NOISY_LABEL = "noisy (window IQR > 10% of median)"
 
 
-def throughput_figure(summary: pd.DataFrame) -> Figure:
+def throughput_figure(
+    summary: pd.DataFrame,
+    answer: Mapping[str, Any] | None = None,
+    eliminated: Mapping[tuple, int] | None = None,
+) -> Figure:
     """Samples per second vs batch size, hue = num_workers, a panel per mode x model; error bars
-    are the seeds' 95% CI, or one seed's measurement windows' IQR; noisy points hollow."""
+    are the runs' 95% CI, or one run's measurement windows' IQR; noisy points hollow. With the
+    ``answer`` (results/recommendation.json), its pick is starred and the rest of its tie set
+    ringed; ``eliminated`` ((mode, model, batch, accumulation, workers) -> round) marks the
+    points the race dropped with a cross."""
+    marks = None
+    if answer is not None or eliminated:
+        marks = _verdict_marks(answer or {"answers": []}, eliminated or {})
     return _metric_figure(
         summary,
         "samples_per_s",
@@ -50,7 +60,50 @@ def throughput_figure(summary: pd.DataFrame) -> Figure:
         NO_RUNS,
         iqr="samples_per_s_iqr",
         ceiling="ceiling_samples_per_s",
+        marks=marks,
     )
+
+
+def _verdict_marks(answer: Mapping[str, Any], eliminated: Mapping[tuple, int]):
+    """A function that draws, on one panel, the pick, its tie set and the eliminated points."""
+    answers = {
+        (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"]): a
+        for a in answer["answers"]
+    }
+
+    def draw(ax, key: tuple, points: pd.DataFrame, y: str) -> list[Line2D]:
+        mode, model, dataset, accumulation = key
+        at = {(int(r.batch_size), int(r.num_workers)): getattr(r, y) for r in points.itertuples()}
+        handles = []
+        found = answers.get((mode, model, dataset, int(accumulation)))
+        if found is not None:
+            pick = (found["pick"]["batch_size"], found["pick"]["num_workers"])
+            tied = [(m["batch_size"], m["num_workers"]) for m in found["tie_set"]]
+            ring = [p for p in tied if p != pick and p in at]
+            ring_style = {"facecolors": "none", "edgecolors": "black", "linewidths": 1.2}
+            if ring:
+                xs, ys = [b for b, _ in ring], [at[p] for p in ring]
+                ax.scatter(xs, ys, s=160, zorder=5, gid="tie_set", **ring_style)
+                handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="black",
+                                      linestyle="none", label="tied with the pick"))  # fmt: skip
+            if pick in at:
+                ax.scatter([pick[0]], [at[pick]], marker="*", s=260, color="black", zorder=6,
+                           gid="pick")  # fmt: skip
+                verdict = found["verdict"].replace("_", " ")
+                handles.append(Line2D([], [], marker="*", color="black", linestyle="none",
+                                      label=f"pick ({verdict})"))  # fmt: skip
+        dropped = [
+            (b, w) for (m, mo, b, a, w) in eliminated
+            if (m, mo, a) == (mode, model, int(accumulation)) and (b, w) in at
+        ]  # fmt: skip
+        if dropped:
+            ax.scatter([b for b, _ in dropped], [at[p] for p in dropped], marker="x", s=80,
+                       color="black", zorder=6, gid="eliminated")  # fmt: skip
+            handles.append(Line2D([], [], marker="x", color="black", linestyle="none",
+                                  label="left the race (slower)"))  # fmt: skip
+        return handles
+
+    return draw
 
 
 def peak_memory_figure(
@@ -86,6 +139,7 @@ def _metric_figure(
     iqr: str | None = None,
     maxbatch: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     ceiling: str | None = None,
+    marks=None,
 ) -> Figure:
     """``y`` vs batch size, one line per num_workers, one panel per mode x model.
 
@@ -109,6 +163,8 @@ def _metric_figure(
             ax.text(0.5, 0.6, "no successful runs", ha="center", transform=ax.transAxes)
         else:
             handles = _draw_lines(ax, points, y, colours, mark_noisy=iqr is not None)
+            if marks is not None:
+                handles += marks(ax, key, points, y)
         if ceiling and ceiling in rows and rows[ceiling].notna().any():
             handles.append(_draw_ceiling(ax, rows, ceiling))
         search = (maxbatch or {}).get((key[0], key[1]))
@@ -222,9 +278,9 @@ def _spread_note(sources: set) -> str:
     """What the error bars of a figure are, for its title."""
     parts = []
     if "ci" in sources:
-        parts.append("95% CI of the mean over seeds")
+        parts.append("95% CI of the mean over runs (seeds x rounds)")
     if "iqr" in sources:
-        parts.append("one seed: median ± IQR/2 of the measurement windows")
+        parts.append("one run: median ± IQR/2 of its measurement windows")
     return f" (error bars: {'; '.join(parts)})" if parts else ""
 
 

@@ -131,7 +131,7 @@ def _line(ax, workers: int):
 def test_throughput_line_is_mean_over_seeds_with_a_confidence_interval():
     summary = sweep(modes=("infer",), sizes=(8, 16), seeds=(0, 1, 2))
     fig = plots_lines.throughput_figure(summary)
-    assert "95% CI of the mean over seeds" in fig.texts[0].get_text()
+    assert "95% CI of the mean over runs (seeds x rounds)" in fig.texts[0].get_text()
     ax = fig.axes[0]
     line = _line(ax, 0)
     # workers 0, sizes 8 and 16, seeds add 0/1/2 -> mean adds 1
@@ -151,7 +151,7 @@ def test_single_seed_error_bars_are_the_window_iqr_and_noisy_points_are_hollow()
         noisy=[False, False, True],
     )
     fig = plots_lines.throughput_figure(summary)
-    assert "one seed: median ± IQR/2 of the measurement windows" in fig.texts[0].get_text()
+    assert "one run: median ± IQR/2 of its measurement windows" in fig.texts[0].get_text()
     assert "CI" not in fig.texts[0].get_text()
     ax = fig.axes[0]
     assert _error_bars(ax) == [(8.0, 980.0, 1020.0), (16.0, 1950.0, 2050.0), (32.0, 2250.0, 2750.0)]
@@ -433,3 +433,36 @@ def test_throughput_draws_the_compute_only_ceiling_when_known():
     assert len(lines) == 1 and list(lines[0].get_ydata()) == [200.0, 300.0]
     no_ceiling = plots_lines.throughput_figure(summary.drop(columns="ceiling_samples_per_s"))
     assert not [ln for ln in no_ceiling.axes[0].get_lines() if "ceiling" in str(ln.get_label())]
+
+
+def test_the_throughput_figure_marks_the_pick_its_tie_set_and_the_eliminated_points():
+    summary = sweep(modes=("train",))
+    answer = {
+        "answers": [
+            {
+                "mode": "train",
+                "model": "small_cnn",
+                "dataset": "synthetic",
+                "accumulation_steps": 1,
+                "pick": {"batch_size": 50, "num_workers": 0},
+                "tie_set": [
+                    {"batch_size": 50, "num_workers": 2},
+                    {"batch_size": 50, "num_workers": 0},
+                ],
+                "verdict": "tie",
+            }
+        ]
+    }
+    eliminated = {("train", "small_cnn", 7, 1, 0): 2}
+    fig = plots_lines.throughput_figure(summary, answer, eliminated)
+    (ax,) = [a for a in fig.axes if a.get_title().startswith("train")]
+    offsets = {c.get_gid(): c.get_offsets().tolist() for c in ax.collections if c.get_gid()}
+    assert [x for x, _ in offsets["pick"]] == [50]
+    assert [x for x, _ in offsets["tie_set"]] == [50]  # the other member, not the pick again
+    assert [x for x, _ in offsets["eliminated"]] == [7]
+    labels = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert {"pick (tie)", "tied with the pick", "left the race (slower)"} <= labels
+    # without an answer nothing is marked
+    plain = plots_lines.throughput_figure(summary)
+    assert not any(c.get_gid() in ("pick", "tie_set", "eliminated") for a in plain.axes
+                   for c in a.collections)  # fmt: skip

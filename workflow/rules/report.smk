@@ -8,6 +8,9 @@ rule plots:
         curves="results/curves.csv",
         # with `batch_sizes: auto`, the largest-batch searches: the memory figure marks them
         maxbatch=maxbatch_results,
+        # the pick, its tie set and the race's eliminations: the throughput figure marks them
+        answer="results/recommendation.json",
+        rounds=round_files,
     output:
         throughput=report(
             "results/plots/throughput.png",
@@ -55,7 +58,8 @@ rule plots:
         outdir=plot_dir,
     shell:
         "python -m batchscope.report.plots --summary {input.summary:q} --curves {input.curves:q}"
-        " --outdir {params.outdir:q} --maxbatch {input.maxbatch:q} > {log:q} 2>&1"
+        " --outdir {params.outdir:q} --maxbatch {input.maxbatch:q} --answer {input.answer:q}"
+        " --rounds {input.rounds:q} > {log:q} 2>&1"
 
 
 # The answer, machine-readable: per mode x model x accumulation, the pick, the tie set and the
