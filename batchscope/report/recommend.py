@@ -1,17 +1,16 @@
 """Turn the sweep's summary table into a recommendation, with its evidence.
 
-``recommend`` picks, per mode x model, the (batch_size, num_workers) with the highest throughput
-among runs that finished ok (mean over seeds), compares it with the runner-up against the measured
-spread, diagnoses it (input- or compute-bound, and which worker count removed an input stall),
+``recommend`` takes, per mode x model, the (batch_size, num_workers) that
+``results/recommendation.json`` picks (``batchscope.report.answer``: compared across runs, each a
+fresh process), says what its verdict says of the others (separated, a tie and its rule, or too
+noisy), diagnoses it (input- or compute-bound, and which worker count removed an input stall),
 and lists what failed or is missing. ``render_markdown`` and ``render_html`` write the same
 content as a document (Markdown for people, standalone HTML for the Snakemake report).
 
-Spread of a configuration, as a percentage of its throughput: with two or more seeds that ran
-ok, the half-width of the 95% Student-t confidence interval of the mean over seeds; with one,
-the interquartile range of its measurement windows' throughputs (``samples_per_s_iqr``) over
-their median (unknown with a single window; results without it fall back to the step-time
-IQR over the median step time). The runner-up is "within noise" when its gap to the best is
-smaller than the larger of the two spreads.
+Spread of a configuration inside the notes, as a percentage of its throughput: with two or more
+runs, the half-width of the 95% Student-t confidence interval of their mean; with one, the
+interquartile range of its measurement windows' throughputs over their median. It only flags a
+noisy point: no comparison between points uses it.
 
 Time to target: throughput is not the whole answer for training. Given the convergence
 report's findings (``convergence.json`` of
@@ -74,13 +73,15 @@ def recommend(
     """One recommendation dict per mode x model (x dataset), sorted by those keys.
 
     Keys: mode, model, dataset, devices, n_runs, n_ok; best and runner_up (pooled configuration
-    dicts: batch_size, num_workers, samples_per_s (mean over ok seeds), samples_per_s_min/_max,
-    samples_per_s_ci95_low/_high (two or more seeds), samples_per_s_iqr (windows), n_seeds (ok
-    seeds), n_failed (runs of it that did not finish ok), spread_pct, spread_source (a
-    SPREAD_SOURCES key), noisy, bound, stall_removed_by_workers, step_time_ms_p50, peak_mem_mb
+    dicts: batch_size, num_workers, samples_per_s (mean over ok runs), samples_per_s_min/_max,
+    samples_per_s_ci95_low/_high (two or more runs), samples_per_s_median with its
+    samples_per_s_median_ci95_low/_high, samples_per_s_cv, n_rounds, samples_per_s_iqr
+    (windows), n_seeds (ok runs: seeds x rounds), n_failed (runs of it that did not finish ok),
+    spread_pct, spread_source (a SPREAD_SOURCES key), noisy, bound, stall_removed_by_workers, step_time_ms_p50, peak_mem_mb
     (max over seeds), data_wait_frac, val_accuracy, final_loss, achieved_tflops, peak_tflops, mfu,
     flops_per_sample; None when absent); gap_pct (best vs runner-up, % of the runner-up);
-    noise_pct; within_noise; largest_ok_batch_size; oom_batch_sizes; diverged_batch_sizes;
+    verdict (the answer's entry for the group); largest_ok_batch_size; oom_batch_sizes;
+    diverged_batch_sizes;
     absent_points (failed or missing grid points: batch_size, num_workers, seed, status, error);
     stall_fixes (input-bound configurations at the best's batch size whose stall the best's
     worker count removed); best_accuracy (train, only when another configuration than the best);

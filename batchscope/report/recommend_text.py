@@ -32,10 +32,6 @@ def config_text(point: Mapping[str, Any]) -> str:
     return f"batch_size={point['batch_size']}, num_workers={point['num_workers']}"
 
 
-def _pct(value: float | None) -> str:
-    return "unknown" if value is None else f"{value:.1f}%"
-
-
 def _runs_text(point: Mapping[str, Any]) -> str:
     """How the point's throughput was measured: runs, rounds, the interval and the spread."""
     runs, rounds = point["n_seeds"], point.get("n_rounds") or 1
