@@ -78,11 +78,10 @@ def recommend(
     samples_per_s_median_ci95_low/_high, samples_per_s_cv, n_rounds, samples_per_s_iqr
     (windows), n_seeds (ok runs: seeds x rounds), n_failed (runs of it that did not finish ok),
     spread_pct, spread_source (a SPREAD_SOURCES key), noisy, bound, stall_removed_by_workers,
-    step_time_ms_p50, peak_mem_mb (max over runs), data_wait_frac, val_accuracy, final_loss, achieved_tflops, peak_tflops, mfu,
-    flops_per_sample; None when absent); gap_pct (best vs runner-up, % of the runner-up);
-    verdict (the answer's entry for the group); largest_ok_batch_size; oom_batch_sizes;
-    diverged_batch_sizes;
-    absent_points (failed or missing grid points: batch_size, num_workers, seed, status, error);
+    step_time_ms_p50, peak_mem_mb (max over runs), data_wait_frac, val_accuracy, final_loss,
+    achieved_tflops, peak_tflops, mfu, flops_per_sample; None when absent); gap_pct (best vs
+    runner-up, % of the runner-up); verdict (the answer's entry for the group);
+    largest_ok_batch_size; oom_batch_sizes; diverged_batch_sizes; absent_points (failed or missing grid points: batch_size, num_workers, seed, status, error);
     stall_fixes (input-bound configurations at the best's batch size whose stall the best's
     worker count removed); best_accuracy (train, only when another configuration than the best);
     env_mismatch_runs; evidence (one dict per run); recommendation (a sentence); notes (more
