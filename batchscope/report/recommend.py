@@ -81,13 +81,14 @@ def recommend(
     step_time_ms_p50, peak_mem_mb (max over runs), data_wait_frac, val_accuracy, final_loss,
     achieved_tflops, peak_tflops, mfu, flops_per_sample; None when absent); gap_pct (best vs
     runner-up, % of the runner-up); verdict (the answer's entry for the group);
-    largest_ok_batch_size; oom_batch_sizes; diverged_batch_sizes; absent_points (failed or missing grid points: batch_size, num_workers, seed, status, error);
-    stall_fixes (input-bound configurations at the best's batch size whose stall the best's
-    worker count removed); best_accuracy (train, only when another configuration than the best);
-    env_mismatch_runs; evidence (one dict per run); recommendation (a sentence); notes (more
-    sentences); time_to_target (see ``time_to_target``; None unless ``convergence``, the
-    convergence report's findings, has the group: training only). ``document`` is where the
-    text points for the convergence report.
+    largest_ok_batch_size; oom_batch_sizes; diverged_batch_sizes; absent_points (failed or
+    missing grid points: batch_size, num_workers, seed, status, error); stall_fixes (input-bound
+    configurations at the best's batch size whose stall the best's worker count removed);
+    best_accuracy (train, only when another configuration than the best); env_mismatch_runs;
+    evidence (one dict per run); recommendation (a sentence); notes (more sentences);
+    time_to_target (see ``time_to_target``; None unless ``convergence``, the convergence
+    report's findings, has the group: training only). ``document`` is where the text points for
+    the convergence report.
 
     ``answer`` is ``results/recommendation.json`` (``batchscope.report.answer``): its pick is
     the recommended point (``best``) and its verdict (``verdict``: the answer's entry) what the
