@@ -8,6 +8,7 @@ accumulation. The race (``sweep.strategy: race``) decides after each round which
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -46,5 +47,12 @@ def job_order(jobs: Iterable[tuple], order_seed: int, round_: int) -> list[tuple
 def priority(job: tuple, jobs: Iterable[tuple], order_seed: int, round_: int, rounds: int) -> int:
     """A Snakemake priority (higher runs first) that runs earlier rounds first and, within a
     round, the jobs in :func:`job_order`'s shuffled order."""
-    order = job_order(jobs, order_seed, round_)
-    return (rounds - round_) * (len(order) + 1) + (len(order) - order.index(job))
+    ranks = _ranks(tuple(sorted(jobs)), order_seed, round_)
+    return (rounds - round_) * (len(ranks) + 1) + (len(ranks) - ranks[job])
+
+
+@functools.lru_cache(maxsize=64)
+def _ranks(jobs: tuple, order_seed: int, round_: int) -> dict[tuple, int]:
+    """Each job's place in the round's shuffled order, shuffled once per round (Snakemake asks
+    for every job's priority: a shuffle per job would be quadratic in the grid)."""
+    return {job: i for i, job in enumerate(job_order(jobs, order_seed, round_))}
