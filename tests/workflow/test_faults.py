@@ -66,7 +66,7 @@ def test_sigkill_mid_run_then_rerun_redoes_only_the_killed_and_missing_jobs(tmp_
     # which job was caught is read after the kill: a fast machine may finish the one seen running
     # between the look and the kill, and then another one is the one caught
     finished = {p: p.stat().st_mtime_ns for p in runs.glob("*.json")}
-    started = [log.stem for log in logs.glob("*.log") if "batchscope bench: infer" in log.read_text()]
+    started = [log.stem for log in logs.glob("*.log") if "bench: infer" in log.read_text()]
     caught = [stem for stem in started if runs / f"{stem}.json" not in finished]
     assert caught, "no job was caught mid-run"
     killed_in = caught[0]
