@@ -235,6 +235,9 @@ def fake_result(
         "deterministic": True,
         "pythonhashseed": str(grid["seed"]),
         "started_at": "2026-01-01T00:00:00+00:00",
+        "foreign_cpu_s": 0.0,
+        "foreign_cpu_frac": 0.0,
+        "loadavg_1m": 0.5,
     }
     if target or any(key in overrides for key in TARGET_KEYS):
         result.update(

@@ -107,6 +107,7 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
 
     from batchscope.bench import envinfo, measure, models, runner, seeding
     from batchscope.bench.flops import flops_per_sample
+    from batchscope.bench.load import ForeignLoad
 
     env = envinfo.runtime(spec.device)  # before threads and seeds are set: the environment as given
     device = measure.resolve_device(spec.device)
@@ -134,7 +135,9 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
         f" device={device} threads={torch.get_num_threads()} env={env['fingerprint']}",
         file=sys.stderr,
     )
-    outcome, steps = runner.run(model, spec, device, work.dataset, val.dataset if val else None)
+    with ForeignLoad() as foreign:
+        outcome, steps = runner.run(model, spec, device, work.dataset, val.dataset if val else None)
+    outcome.update(foreign.fields())
     context = {"env": env, "device": device, "seeds": seeds, "work": work, "channels": channels}
     result = _result(spec, outcome, flops, context, torch.get_num_threads())
     result["started_at"] = started_at

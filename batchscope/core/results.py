@@ -75,7 +75,8 @@ STATUSES = ("ok", "oom", "diverged")
 TOO_LARGE_FOR_DATA = "too_large_for_data"
 
 #: Columns ``summary.csv`` adds to the result fields (batchscope.report.aggregate), with their
-#: pandas dtypes: the diagnosis, the environment check and the compute-only ceiling.
+#: pandas dtypes: the diagnosis, the environment check, the compute-only ceiling and the flags
+#: of a disturbed measurement.
 SUMMARY_DTYPES = MappingProxyType(
     {
         "bound": "str",
@@ -83,6 +84,8 @@ SUMMARY_DTYPES = MappingProxyType(
         "env_matches_capture": "boolean",
         "ceiling_samples_per_s": "float64",
         "frac_of_ceiling": "float64",
+        "foreign_load": "boolean",
+        "above_ceiling": "boolean",
     }
 )
 

@@ -50,7 +50,7 @@ TEST_NAME = "welch_log_t_directional_holm"
 #: Bumped whenever a key of ``results/recommendation.json`` changes meaning.
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("recommendation_schema.json")
-VERDICTS = ("separated", "tie", "too_noisy")
+VERDICTS = ("separated", "tie", "too_noisy", "disturbed")
 #: Least memory, then fewest workers, then highest median ("-" = highest first).
 DEFAULT_RULE = ("peak_mem_mb", "num_workers", "-median_samples_per_s")
 #: Power the detectable difference and the rounds to separate are computed for.
@@ -391,6 +391,48 @@ def eliminated(
     }
 
 
+# ---------------------------------------------------------------- runs measured beside other work
+
+
+def under_foreign_load(foreign_cpu_frac: Any, limit: float) -> bool:
+    """Was a run measured while other processes took more than ``limit`` of the machine's CPU
+    (its ``foreign_cpu_frac``)? Unknown (None, NaN: off Linux, or an older result) is not."""
+    try:
+        value = float(foreign_cpu_frac)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(value) and value > limit
+
+
+def short_of_clean_runs(
+    clean: Mapping[Hashable, Sequence[float]], loaded: Mapping[Hashable, int]
+) -> list[Hashable]:
+    """Points that lost runs to foreign load and kept fewer than 2 undisturbed ones: with them a
+    comparison would rest on measurements slowed by someone else's work, or on none.
+    ``clean`` maps each point to its undisturbed throughputs, ``loaded`` to its loaded runs."""
+    return [key for key, n in loaded.items() if n and len(clean.get(key, ())) < 2]
+
+
+def disturbed_verdict(points: Mapping[Hashable, Iterable[float]], level: float) -> Verdict:
+    """The verdict that names no winner: every point in the tie set, in median order, no test.
+    Its stats are over all the runs given (loaded ones included: they are what was seen)."""
+    stats, order, raw, _ = _compare({k: list(v) for k, v in points.items()}, 0.5)
+    none = {key: None for key in order}
+    return Verdict(
+        leader=order[0],
+        tie_set=tuple(order),
+        verdict="disturbed",
+        test=TEST_NAME,
+        level=level,
+        n_rounds=min(s["n_rounds"] for s in stats.values()),
+        p_values=none,
+        raw_p_values=dict(none),
+        stats=stats,
+        detectable_diff_frac=None,
+        rounds_to_separate={key: None for key in order[1:]},
+    )
+
+
 # ---------------------------------------------------------------- picking from the tie set
 
 
@@ -461,6 +503,8 @@ def _grid(row: Mapping[str, Any]) -> dict[str, int]:
 
 
 def _verdict_sentence(v: Verdict) -> str:
+    if v.verdict == "disturbed":
+        return "Disturbed: measured beside other work, so no test is run."
     if v.verdict == "too_noisy":
         return (
             f"Too noisy: some point has {v.n_rounds} round, and a test needs 2 or more "
@@ -484,17 +528,31 @@ def to_answer(
     accumulation_steps: int,
     rule: Sequence[str] = DEFAULT_RULE,
     dataset: str | None = None,
+    left_out: Sequence[Mapping[str, Any]] = (),
+    foreign_cpu_limit: float | None = None,
 ) -> dict[str, Any]:
     """One entry of ``answers`` in ``results/recommendation.json`` (recommendation_schema.json).
 
     ``rows[key]`` gives each point's batch_size, num_workers and what ``rule`` names (the
-    median throughput comes from the verdict when the row lacks it).
+    median throughput comes from the verdict when the row lacks it). ``left_out`` lists the runs
+    measured under foreign load (grid keys, ``foreign_cpu_frac`` and ``result``, the file to
+    redo); with a ``disturbed`` verdict no point is picked and the reason says why.
     """
     merged = {
         key: {"median_samples_per_s": verdict.stats[key]["median"], **rows[key]}
         for key in verdict.tie_set
     }
-    choice, pick_reason = pick(verdict.tie_set, merged, rule)
+    if left_out and foreign_cpu_limit is None:
+        raise ValueError("runs left out for foreign load need the limit they exceeded")
+    if verdict.verdict == "disturbed":
+        choice, pick_reason = None, _refusal(left_out, foreign_cpu_limit)
+    else:
+        choice, pick_reason = pick(verdict.tie_set, merged, rule)
+        if left_out:
+            pick_reason += (
+                f" {len(left_out)} run(s) measured while other processes took more than"
+                f" {foreign_cpu_limit:.0%} of the CPU were left out of the comparison."
+            )
     members = []
     for key in verdict.tie_set:
         s = verdict.stats[key]
@@ -514,7 +572,7 @@ def to_answer(
         answer["dataset"] = dataset
     answer.update(
         accumulation_steps=int(accumulation_steps),
-        pick=_grid(merged[choice]),
+        pick=None if choice is None else _grid(merged[choice]),
         tie_set=members,
         verdict=verdict.verdict,
         reason=f"{_verdict_sentence(verdict)} {pick_reason}",
@@ -525,8 +583,23 @@ def to_answer(
             {**_grid(merged[key]), "rounds": rounds}
             for key, rounds in verdict.rounds_to_separate.items()
         ],
+        left_out=[dict(run) for run in left_out],
     )
     return answer
+
+
+def _refusal(left_out: Sequence[Mapping[str, Any]], limit: float) -> str:
+    """Why no point is named, and what to do about it."""
+    worst = max(float(run["foreign_cpu_frac"]) for run in left_out)
+    points = sorted({(int(r["batch_size"]), int(r["num_workers"])) for r in left_out})
+    named = "; ".join(f"batch_size={b}, num_workers={w}" for b, w in points)
+    return (
+        f"No point is named: {len(left_out)} run(s) were measured while other processes took"
+        f" more than {limit:.0%} of the CPU (up to {worst:.0%}), leaving {named} with fewer than"
+        " 2 undisturbed rounds, so a difference could be the other work's, not the settings'."
+        " Rerun those runs when the machine is quiet (delete their result files, listed in"
+        " left_out, and run the workflow again: only they are redone)."
+    )
 
 
 def to_document(answers: Sequence[Mapping[str, Any]], level: float = 0.05) -> dict[str, Any]:

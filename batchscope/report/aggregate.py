@@ -353,6 +353,8 @@ def summarize_points(
         "bound",
         "stall_removed_by_workers",
         "noisy",
+        "n_foreign_load",
+        "above_ceiling",
         *(f"{m}_{part}" for m in CI_METRICS for part in ("mean", "ci95_low", "ci95_high")),
         *ROUND_COLUMNS,
         *(_mean_name(m) for m in means),
@@ -388,6 +390,8 @@ def _point_row(key: tuple, group: pd.DataFrame, means: list[str], eliminated: Ma
         )
         or None,
         noisy=any_noisy(ok["noisy"]) if "noisy" in ok else None,
+        n_foreign_load=int(ok["foreign_load"].fillna(False).sum()) if "foreign_load" in ok else 0,
+        above_ceiling=any_noisy(ok["above_ceiling"]) if "above_ceiling" in ok else None,
     )
     for metric in CI_METRICS:
         mean, low, high = mean_ci(ok.get(metric, []))
@@ -520,6 +524,25 @@ def add_ceiling(summary: pd.DataFrame, ceiling_paths: Iterable[str | Path]) -> p
     return merged
 
 
+def flag_disturbed(summary: pd.DataFrame, foreign_cpu_limit: float) -> pd.DataFrame:
+    """Flag the rows whose measurement was disturbed.
+
+    ``foreign_load``: other processes took more than ``foreign_cpu_limit`` of the machine's CPU
+    during the run (``batchscope.core.verdict.under_foreign_load``; empty without a result).
+    ``above_ceiling`` (with ceiling runs): the real-data run beat its compute-only ceiling, which
+    only noise can do: one of the two was measured disturbed.
+    """
+    out = summary.copy()
+    has_result = out["status"].isin(results.STATUSES)
+    frac = out.get("foreign_cpu_frac", pd.Series(None, index=out.index))
+    loaded = frac.map(lambda value: verdict.under_foreign_load(value, foreign_cpu_limit))
+    out["foreign_load"] = loaded.astype("boolean").where(has_result, pd.NA)
+    if "frac_of_ceiling" in out:
+        above = pd.to_numeric(out["frac_of_ceiling"]) > 1.0
+        out["above_ceiling"] = above.astype("boolean").where(out["frac_of_ceiling"].notna(), pd.NA)
+    return out
+
+
 def _frame_csv(frame: pd.DataFrame) -> str:
     return frame.to_csv(index=False, lineterminator="\n")
 
@@ -561,6 +584,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", nargs="*", default=[], help="the decisions after each round (results/rounds/)"
     )
+    parser.add_argument(
+        "--foreign-cpu-limit",
+        type=float,
+        default=1.0,
+        help="sweep.foreign_cpu_limit: flag runs whose foreign_cpu_frac exceeds it (1: none)",
+    )
     args = parser.parse_args(argv)
     if args.logs is not None and len(args.logs) != len(args.results):
         parser.error(
@@ -577,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = check_environment(
         _summary_frame([*(result for _, result in pairs), *absent]), results.read_json(args.env)
     )
-    summary = add_ceiling(summary, args.ceilings)
+    summary = flag_disturbed(add_ceiling(summary, args.ceilings), args.foreign_cpu_limit)
     curves = collect_curves((steps_path(path), result) for path, result in pairs)
     results.write_text(args.summary, _frame_csv(summary))
     results.write_text(args.curves, _frame_csv(curves))

@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema
 import pandas as pd
 
-from batchscope.core import results, verdict
+from batchscope.core import paths, results, verdict
 from batchscope.report.aggregate import with_grid_defaults
 
 #: One answer per distinct value of these.
@@ -45,35 +45,72 @@ def _point_rows(by_point: pd.DataFrame) -> dict[tuple, dict[str, Any]]:
     return rows
 
 
-def answers(summary: pd.DataFrame, by_point: pd.DataFrame, level: float) -> list[dict[str, Any]]:
-    """One answer per group that has a point with an ok run; groups in sorted order."""
+def _left_out(run: Any) -> dict[str, Any]:
+    grid = {key: run[key] for key in results.GRID_KEYS}
+    grid = {key: value if key in ("mode", "model", "dataset") else int(value)
+            for key, value in grid.items()}  # fmt: skip
+    return {
+        "batch_size": grid["batch_size"],
+        "num_workers": grid["num_workers"],
+        "seed": grid["seed"],
+        "round": grid["round"],
+        "foreign_cpu_frac": float(run["foreign_cpu_frac"]),
+        "result": f"{paths.RUN.format(**grid)}.json",
+    }
+
+
+def answers(
+    summary: pd.DataFrame, by_point: pd.DataFrame, level: float, foreign_cpu_limit: float
+) -> list[dict[str, Any]]:
+    """One answer per group that has a point with an ok run; groups in sorted order.
+
+    Runs measured under foreign load (``foreign_cpu_frac`` above ``foreign_cpu_limit``) are
+    left out of the comparison; when that leaves a point with fewer than 2 runs, the answer is
+    ``disturbed`` and names no point."""
     summary = with_grid_defaults(summary)
     ok = summary[summary["status"] == "ok"]
-    ok = ok[pd.to_numeric(ok["samples_per_s"]) > 0]
+    ok = ok[pd.to_numeric(ok["samples_per_s"]) > 0].reset_index(drop=True)
+    loaded = ok.get("foreign_cpu_frac", pd.Series(None, index=ok.index, dtype=float)).map(
+        lambda frac: verdict.under_foreign_load(frac, foreign_cpu_limit)
+    ).astype(bool)
     rows = _point_rows(with_grid_defaults(by_point))
     out = []
     for group, runs in ok.groupby(GROUP_KEYS, sort=True):
-        points: dict[tuple, list[float]] = {}
+        everything: dict[tuple, list[float]] = {}
+        clean: dict[tuple, list[float]] = {}
+        n_loaded: dict[tuple, int] = {}
         for (b, w), point_runs in runs.groupby(["batch_size", "num_workers"], sort=True):
-            points[(*group, int(b), int(w))] = [float(v) for v in point_runs["samples_per_s"]]
-        decision = verdict.decide(points, level)
+            key = (*group, int(b), int(w))
+            mask = loaded.loc[point_runs.index]
+            everything[key] = [float(v) for v in point_runs["samples_per_s"]]
+            clean[key] = [float(v) for v in point_runs.loc[~mask, "samples_per_s"]]
+            n_loaded[key] = int(mask.sum())
+        left_out = [_left_out(run) for _, run in runs[loaded.loc[runs.index]].iterrows()]
+        if verdict.short_of_clean_runs(clean, n_loaded):
+            decision = verdict.disturbed_verdict(everything, level)
+        else:
+            decision = verdict.decide(clean, level)
         named = dict(zip(GROUP_KEYS, group, strict=True))
         out.append(
             verdict.to_answer(
                 decision,
-                {key: rows[key] for key in points},
+                {key: rows[key] for key in everything},
                 mode=named["mode"],
                 model=named["model"],
                 accumulation_steps=int(named["accumulation_steps"]),
                 dataset=named["dataset"],
+                left_out=left_out,
+                foreign_cpu_limit=foreign_cpu_limit,
             )
         )
     return out
 
 
-def document(summary: pd.DataFrame, by_point: pd.DataFrame, level: float) -> dict[str, Any]:
+def document(
+    summary: pd.DataFrame, by_point: pd.DataFrame, level: float, foreign_cpu_limit: float
+) -> dict[str, Any]:
     """The whole file, checked against its schema."""
-    doc = verdict.to_document(answers(summary, by_point, level), level)
+    doc = verdict.to_document(answers(summary, by_point, level, foreign_cpu_limit), level)
     jsonschema.validate(results.finite_or_null(doc), verdict.load_schema())
     return doc
 
@@ -85,11 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--summary", required=True, help="summary CSV (one row per run)")
     parser.add_argument("--by-point", required=True, help="summary_by_point CSV")
     parser.add_argument("--level", type=float, required=True, help="sweep.level")
+    parser.add_argument(
+        "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit"
+    )
     parser.add_argument("--output", required=True, help="recommendation JSON")
     args = parser.parse_args(argv)
     summary = pd.read_csv(args.summary)
     by_point = pd.read_csv(args.by_point)
-    doc = document(summary, by_point, args.level)
+    doc = document(summary, by_point, args.level, args.foreign_cpu_limit)
     results.write_json(args.output, doc)
     for answer in doc["answers"]:
         print(

@@ -99,7 +99,12 @@ def recommend(
     frame = prepare(summary_df)
     if answer is None:
         by_point = aggregate.summarize_points(frame)
-        answer = answer_module.document(frame, by_point, config.default("sweep.level"))
+        answer = answer_module.document(
+            frame,
+            by_point,
+            config.default("sweep.level"),
+            config.default("sweep.foreign_cpu_limit"),
+        )
     answers = {
         (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"]): a
         for a in answer["answers"]
@@ -124,7 +129,7 @@ def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> 
     mode, model, dataset, accumulation = key
     points = pooled_points(rows)
     best = runner_up = None
-    if len(points) and answer is not None:
+    if len(points) and answer is not None and answer["pick"] is not None:
         pick = (answer["pick"]["batch_size"], answer["pick"]["num_workers"])
         chosen = (points["batch_size"] == pick[0]) & (points["num_workers"] == pick[1])
         best = point_dict(points[chosen].iloc[0])

@@ -33,7 +33,9 @@ def _sweep(root: Path, strategy: str) -> Path:
     workdir = root / strategy
     workdir.mkdir()
     config = workdir / "config.yaml"
-    config.write_text(yaml.safe_dump({**GRID, "sweep": {"strategy": strategy}}))
+    config.write_text(
+        yaml.safe_dump({**GRID, "sweep": {"strategy": strategy, "foreign_cpu_limit": 1.0}})
+    )
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory"]
     cmd += [str(workdir), "--configfile", str(config), "--cores", "2"]
@@ -88,7 +90,7 @@ def test_race_runs_what_its_recorded_decisions_kept_and_they_follow_from_the_run
         paths = [p for p in paths if rounds.point_of(json.loads(Path(p).read_text()))
                  in measured[r]]  # fmt: skip
         again = decide.decide_round(
-            decide.throughputs(paths), strategy="race", level=0.05, looks=decision["looks"]
+            decide.throughputs(paths)[0], strategy="race", level=0.05, looks=decision["looks"]
         )
         assert [list(p) for p in again[0]] == decision["next_round"]
         measured[r + 1] = kept

@@ -37,6 +37,7 @@ rule aggregate:
         "../envs/report.yaml"
     params:
         results=grid_results,
+        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
         # bench.smk writes the log of results/runs/X.json to logs/bench/X.log
         partial=(
             f"--allow-missing --log-dir logs/bench --dataset {DATASET}"
@@ -47,4 +48,4 @@ rule aggregate:
         "python -m batchscope.report.aggregate --results {params.results:q} {params.partial}"
         " --env {input.env:q} --summary {output.summary:q} --by-point {output.by_point:q}"
         " --curves {output.curves:q} --ceilings {input.ceilings:q} --rounds {input.rounds:q}"
-        " > {log:q} 2>&1"
+        " --foreign-cpu-limit {params.foreign_cpu_limit} > {log:q} 2>&1"

@@ -95,10 +95,12 @@ checkpoint round_done:
         strategy=config["sweep"]["strategy"],
         level=config["sweep"]["level"],
         order_seed=config["sweep"]["order_seed"],
+        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
         rounds=ROUNDS,
     shell:
         "python -m batchscope.report.rounds --round {wildcards.round} --rounds {params.rounds}"
         " --strategy {params.strategy} --level {params.level} --order-seed {params.order_seed}"
+        " --foreign-cpu-limit {params.foreign_cpu_limit}"
         " --previous {input.previous:q} --results {input.results:q} --output {output:q}"
         " > {log:q} 2>&1"
 

@@ -78,9 +78,11 @@ rule answer:
         "../envs/report.yaml"
     params:
         level=config["sweep"]["level"],
+        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
     shell:
         "python -m batchscope.report.answer --summary {input.summary:q}"
-        " --by-point {input.by_point:q} --level {params.level} --output {output:q} > {log:q} 2>&1"
+        " --by-point {input.by_point:q} --level {params.level}"
+        " --foreign-cpu-limit {params.foreign_cpu_limit} --output {output:q} > {log:q} 2>&1"
 
 
 rule recommend:

@@ -1,0 +1,110 @@
+"""Runs measured beside other work: flagged, left out of the race and the verdict, and an
+answer that names no point when too few undisturbed runs remain."""
+
+import jsonschema
+import pandas as pd
+import pytest
+
+from batchscope.core import results, verdict
+from batchscope.report import aggregate, answer
+from batchscope.report import rounds as decide
+from tests.factories import fake_result, summary_row
+
+LIMIT = 0.1
+
+
+def _runs(point_values: dict[tuple[int, int], list[tuple[float, float]]]) -> pd.DataFrame:
+    """Summary rows: per (batch_size, num_workers), (samples_per_s, foreign_cpu_frac) per round."""
+    rows = [
+        summary_row(
+            "infer", batch_size=b, num_workers=w, round=r, samples_per_s=rate,
+            foreign_cpu_frac=frac,
+        )
+        for (b, w), runs in point_values.items()
+        for r, (rate, frac) in enumerate(runs, start=1)
+    ]  # fmt: skip
+    return aggregate.flag_disturbed(pd.DataFrame(rows), LIMIT)
+
+
+def _answer(summary: pd.DataFrame) -> dict:
+    doc = answer.document(summary, aggregate.summarize_points(summary), 0.05, LIMIT)
+    (found,) = doc["answers"]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(0.5, True), (0.1, False), (0.05, False), (None, False), (float("nan"), False), ("", False)],
+)
+def test_only_a_known_share_above_the_limit_is_foreign_load(value, expected):
+    assert verdict.under_foreign_load(value, LIMIT) is expected
+
+
+def test_the_summary_flags_loaded_runs_and_runs_above_their_ceiling():
+    rows = pd.DataFrame(
+        [
+            summary_row("infer", batch_size=8, foreign_cpu_frac=0.3, frac_of_ceiling=0.8),
+            summary_row("infer", batch_size=16, foreign_cpu_frac=0.01, frac_of_ceiling=1.2),
+            summary_row("infer", batch_size=32, status="missing"),
+        ]
+    )
+    flagged = aggregate.flag_disturbed(rows, LIMIT)
+    assert flagged["foreign_load"].tolist()[:2] == [True, False]
+    assert pd.isna(flagged["foreign_load"].iloc[2])  # no result, no flag
+    assert flagged["above_ceiling"].tolist()[:2] == [False, True]
+    points = aggregate.summarize_points(flagged)
+    assert points.set_index("batch_size")["n_foreign_load"].to_dict() == {8: 1, 16: 0, 32: 0}
+
+
+def test_a_run_slowed_by_other_work_is_left_out_of_the_verdict():
+    # (8, 0) is 10% faster than (16, 0), but one of its three runs was measured beside a build
+    quiet = [(1000.0, 0.0), (1010.0, 0.0), (990.0, 0.0)]
+    summary = _runs({(8, 0): [(1100.0, 0.0), (600.0, 0.45), (1105.0, 0.0)], (16, 0): quiet})
+    found = _answer(summary)
+    assert found["verdict"] == "separated" and found["pick"] == {"batch_size": 8, "num_workers": 0}
+    assert found["tie_set"][0]["n_rounds"] == 2  # its undisturbed runs
+    (left,) = found["left_out"]
+    assert left["batch_size"] == 8 and left["round"] == 2 and left["foreign_cpu_frac"] == 0.45
+    assert left["result"] == "results/runs/infer/small_cnn/bs8_acc1_nw0_seed0_round2.json"
+    assert "left out" in found["pick_reason"]
+    counted = answer.document(summary, aggregate.summarize_points(summary), 0.05, 1.0)
+    assert counted["answers"][0]["verdict"] == "tie"  # the slow run blurs what the check keeps
+
+
+def test_too_few_undisturbed_runs_and_no_point_is_named():
+    summary = _runs(
+        {
+            (8, 0): [(2000.0, 0.0), (2100.0, 0.0), (2050.0, 0.0)],
+            (16, 0): [(900.0, 0.6), (950.0, 0.0), (920.0, 0.5)],
+        }
+    )
+    found = _answer(summary)
+    assert found["verdict"] == "disturbed"
+    assert found["pick"] is None
+    assert "batch_size=16, num_workers=0" in found["pick_reason"]
+    assert "60%" in found["pick_reason"]  # the worst share seen
+    assert sorted(run["round"] for run in found["left_out"]) == [1, 3]
+    schema = verdict.load_schema()
+    jsonschema.validate(
+        results.finite_or_null(
+            {"schema_version": 1, "level": 0.05, "test": "t", "answers": [found]}
+        ),
+        schema,
+    )
+
+
+def test_the_race_leaves_loaded_runs_out_and_remeasures_a_point_that_has_no_other(tmp_path):
+    paths = []
+    for b, rate, frac in [(8, 1000.0, 0.0), (16, 400.0, 0.7), (32, 990.0, 0.0)]:
+        path = tmp_path / f"bs{b}.json"
+        results.write_json(
+            path,
+            fake_result("infer", batch_size=b, samples_per_s=rate, foreign_cpu_frac=frac),
+        )
+        paths.append(str(path))
+    values, loaded = decide.throughputs(paths, LIMIT)
+    assert values[("infer", "small_cnn", 16, 1, 0)] == [] and loaded == {
+        ("infer", "small_cnn", 16, 1, 0)
+    }
+    going_on, _ = decide.decide_round(values, strategy="full", level=0.05, looks=2, loaded=loaded)
+    assert ("infer", "small_cnn", 16, 1, 0) in going_on  # measured again, undisturbed
