@@ -77,7 +77,8 @@ def _verdict_marks(answer: Mapping[str, Any], eliminated: Mapping[tuple, int]):
         handles = []
         found = answers.get((mode, model, dataset, int(accumulation)))
         if found is not None:
-            pick = (found["pick"]["batch_size"], found["pick"]["num_workers"])
+            chosen = found["pick"]  # None: disturbed, no point is named
+            pick = None if chosen is None else (chosen["batch_size"], chosen["num_workers"])
             tied = [(m["batch_size"], m["num_workers"]) for m in found["tie_set"]]
             ring = [p for p in tied if p != pick and p in at]
             ring_style = {"facecolors": "none", "edgecolors": "black", "linewidths": 1.2}
