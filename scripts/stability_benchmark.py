@@ -44,7 +44,8 @@ scratch. Printed:
     3. ``other-leader``: X is in B's tie set, but B's leader (highest median) is not X;
     4. ``other-pick``: B's leader is X but B picks another point of its tie (by memory, workers).
 
-    A ``too_noisy`` B (a point with one round) claims nothing and contradicts nothing; kinds 1
+    A ``too_noisy`` B (a point with one round) or a ``disturbed`` one (measured beside other
+    work: no pick) claims nothing and contradicts nothing; kinds 1
     and 2 are the strong ones (two reruns each claiming significance, in opposite directions).
     Each contradiction is printed as ``A->B kind X``, reruns numbered from 1.
 
@@ -123,7 +124,7 @@ Group = tuple[str, str, int]  # mode, model, accumulation_steps: what an answer 
 class Answer:
     """One entry of results/recommendation.json, reduced to what agreement looks at."""
 
-    pick: Point
+    pick: Point | None  # None: disturbed, no point named
     tie_set: tuple[Point, ...]  # leader first
     verdict: str
 
@@ -150,13 +151,14 @@ def answers_of(document: Mapping[str, Any]) -> dict[Group, Answer]:
     for entry in document["answers"]:
         group = (str(entry["mode"]), str(entry["model"]), int(entry["accumulation_steps"]))
         tie = tuple(_point(member) for member in entry["tie_set"])
-        out[group] = Answer(pick=_point(entry["pick"]), tie_set=tie, verdict=entry["verdict"])
+        pick = None if entry["pick"] is None else _point(entry["pick"])  # None: disturbed
+        out[group] = Answer(pick=pick, tie_set=tie, verdict=entry["verdict"])
     return out
 
 
 def contradiction_kind(claim: Answer, other: Answer) -> str | None:
     """How ``other`` contradicts ``claim``'s separation, or None (no claim, or no conflict)."""
-    if claim.verdict != "separated" or other.verdict == "too_noisy":
+    if claim.verdict != "separated" or other.verdict in ("too_noisy", "disturbed"):
         return None
     x = claim.pick
     if other.verdict == "separated" and other.pick != x:
@@ -261,8 +263,8 @@ def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
 # ============================================================ formatting
 
 
-def fmt_point(point: Point) -> str:
-    return f"bs{point[0]}/nw{point[1]}"
+def fmt_point(point: Point | None) -> str:
+    return "none" if point is None else f"bs{point[0]}/nw{point[1]}"
 
 
 def fmt_tie(answer: Answer) -> str:
