@@ -189,6 +189,17 @@ def test_knee_fit_uses_only_batch_sizes_every_seed_reached():
     assert regimes[256] == "no benefit"  # 256 >= 4 * 64
 
 
+def test_no_knee_through_two_batch_sizes():
+    # two points fix S_min and B_noise exactly, whatever the steps: a fit would always "fit"
+    with pytest.raises(ValueError, match="3 or more batch sizes"):
+        fits.fit_knee([16, 64], [500.0, 200.0])
+    summary = sweep()
+    report = cr.analyse(summary[summary["batch_size"].isin([16, 32, 256])])[0]
+    assert report.knee is None
+    assert "(2; at least 3 needed" in report.knee_note
+    assert "the knee could not be fitted" in report.recommendation
+
+
 def test_relation_and_regime_thresholds():
     assert fits.relation(32, 100) == "below"
     assert fits.relation(64, 100) == "around"
