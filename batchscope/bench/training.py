@@ -1,12 +1,15 @@
 """The torch side of training: the lr scheduler, gradient accumulation and the two-batch
-gradient norms the noise scale is estimated from (``batchscope.core.convergence``).
+gradient norms the noise scale is estimated from (``batchscope.core.convergence``), with
+BatchNorm held at the whole batch's statistics while they are measured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 
 from batchscope.core.convergence import noise_estimates
 from batchscope.core.schedules import lr_at
@@ -130,6 +133,96 @@ def _mean_grads(
     return total
 
 
+def _batch_statistic_norms(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The BatchNorm layers that normalise with the batch's own statistics: those in training
+    mode, and those that keep no running statistics."""
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        and (m.training or m.running_mean is None)
+    ]
+
+
+def _pooled(
+    parts: list[tuple[int, torch.Tensor, torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and (biased) variance of all samples from each part's count, mean and
+    variance (the law of total variance)."""
+    total = sum(n for n, _, _ in parts)
+    mean = sum(n * m for n, m, _ in parts) / total
+    var = sum(n * (v + (m - mean) ** 2) for n, m, v in parts) / total
+    return mean, var
+
+
+@contextmanager
+def full_batch_statistics(
+    model: torch.nn.Module, x: torch.Tensor, chunk: int | None = None
+) -> Iterator[None]:
+    """Inside: every BatchNorm that would normalise with its batch's statistics normalises with
+    those of all of ``x`` instead, held fixed (constants: no gradient flows through them).
+
+    Then a sample's gradient depends on that sample alone, so the mean gradient over any part
+    of ``x`` is a mean of per-sample gradients, as the two-batch noise estimator assumes. The
+    statistics come from one forward pass over ``x`` without gradients (per channel: the mean
+    and the biased variance, as training-mode BatchNorm uses); with ``chunk``, in passes of at
+    most ``chunk`` samples whose statistics are pooled per layer, each layer's input then
+    having been normalised per chunk by the layers before it, as in an accumulating step.
+    The pass may update running statistics and draw dropout masks: restore and fork around it.
+    """
+    norms = _batch_statistic_norms(model)
+    if not norms:
+        yield
+        return
+    parts: dict[torch.nn.Module, list] = {m: [] for m in norms}
+
+    def capture(module: torch.nn.Module, inputs: tuple) -> None:
+        z = inputs[0].detach().double()
+        dims = [d for d in range(z.dim()) if d != 1]
+        var, mean = torch.var_mean(z, dim=dims, correction=0)
+        parts[module].append((z.numel() // z.shape[1], mean, var))
+
+    handles = [m.register_forward_pre_hook(capture) for m in norms]
+    n = int(x.shape[0])
+    size = n if chunk is None else max(1, chunk)
+    try:
+        with torch.no_grad():
+            for start in range(0, n, size):
+                model(x[start : start + size])
+    finally:
+        for handle in handles:
+            handle.remove()
+    saved = {m: m.__dict__.get("forward") for m in norms}
+    for m in norms:
+        mean, var = _pooled(parts[m])
+        m.forward = _fixed_norm(m, mean, var)
+    try:
+        yield
+    finally:
+        for m, forward in saved.items():
+            del m.forward
+            if forward is not None:
+                m.forward = forward
+
+
+def _fixed_norm(
+    module: torch.nn.Module, mean: torch.Tensor, var: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    def forward(z: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(
+            z,
+            mean.to(z.dtype),
+            var.to(z.dtype),
+            module.weight,
+            module.bias,
+            training=False,
+            momentum=0.0,
+            eps=module.eps,
+        )
+
+    return forward
+
+
 def gradient_sq_norms(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -146,13 +239,18 @@ def gradient_sq_norms(
     must average over its batch). The small gradient is part of the big one; each still has
     E|G_B|² = |G|² + tr(Σ)/B, so ``noise_estimates`` stays unbiased.
 
-    With ``chunk`` (the micro-batch of an accumulating run), no backward pass takes more than
-    that many samples: the measurement needs no more memory than a training step.
+    That identity needs the mean gradient of a part to be a mean of per-sample gradients.
+    Training-mode BatchNorm breaks it (each part would be normalised by its own statistics, down
+    to a few samples): here such layers use the whole batch's statistics, held fixed, for
+    every part (``full_batch_statistics``), at the cost of one more forward pass without
+    gradients. Dropout is per sample and stays as it is.
+
+    With ``chunk`` (the micro-batch of an accumulating run), no pass takes more than that many
+    samples: the measurement needs no more memory than a training step.
 
     Leaves the model as it found it: gradients go through ``torch.autograd.grad`` (``.grad`` is
     untouched), buffers (BatchNorm running statistics) are restored and the RNG is forked
-    (dropout draws do not shift the training run's random stream). Runs in the model's current
-    mode: in training mode BatchNorm normalises each part with its own statistics.
+    (dropout draws do not shift the training run's random stream).
     """
     batch_big = int(x.shape[0])
     noise_estimates(0.0, 0.0, batch_small, batch_big)  # validates the sizes
@@ -160,7 +258,10 @@ def gradient_sq_norms(
     devices = [] if x.device.type == "cpu" else [x.device]
     device_type = None if x.device.type == "cpu" else x.device.type
     try:
-        with torch.random.fork_rng(devices=devices, device_type=device_type):
+        with (
+            torch.random.fork_rng(devices=devices, device_type=device_type),
+            full_batch_statistics(model, x, chunk),
+        ):
             g_small = _mean_grads(model, loss_fn, x[:batch_small], y[:batch_small], chunk)
             g_rest = _mean_grads(model, loss_fn, x[batch_small:], y[batch_small:], chunk)
     finally:

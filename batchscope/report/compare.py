@@ -11,6 +11,8 @@ read with its likely cause beside it.
 from __future__ import annotations
 
 import math
+import numbers
+import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -68,17 +70,36 @@ def environment_diff(env_a: Mapping[str, Any], env_b: Mapping[str, Any]) -> list
     return rows
 
 
-def _noise(metric: str, row: pd.Series, side: str) -> float | None:
-    """One standard error (or its stand-in) of ``metric`` for one run, in the metric's unit."""
+def _windows(value: Any) -> list[float]:
+    """A run's window throughputs from a ``summary.csv`` cell (``;``-joined) or a list."""
+    if isinstance(value, str):
+        return [float(v) for v in value.split(";") if v.strip()]
+    if isinstance(value, list | tuple):
+        return [float(v) for v in value]
+    return []
+
+
+def _standard_error(metric: str, row: pd.Series, side: str) -> float | None:
+    """The standard error of ``metric`` for one run, in the metric's unit; None without a model.
+
+    ``samples_per_s``: of the mean of the run's window throughputs, sd/√k over its k ≥ 2
+    windows. ``step_time_ms_p50``: of a sample median of n steps, √(π/2)·σ/√n, σ estimated as
+    IQR/1.349 (normal steps, taken as independent). ``val_accuracy``: binomial. All are within
+    one run: the variation between processes (see the README's rounds) is not in them.
+    """
     value = row.get(f"{metric}_{side}")
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    if metric in ("samples_per_s", "step_time_ms_p50"):
-        iqr, p50 = row.get(f"step_time_ms_iqr_{side}"), row.get(f"step_time_ms_p50_{side}")
-        if iqr is None or p50 is None or not p50 or pd.isna(iqr) or pd.isna(p50):
+    if metric == "samples_per_s":
+        windows = _windows(row.get(f"samples_per_s_windows_{side}"))
+        if len(windows) < 2:
             return None
-        # the IQR of a normal distribution is 1.35 sigma
-        return abs(value) * (iqr / p50) / 1.35
+        return statistics.stdev(windows) / math.sqrt(len(windows))
+    if metric == "step_time_ms_p50":
+        iqr, n = row.get(f"step_time_ms_iqr_{side}"), row.get(f"measured_steps_{side}")
+        if iqr is None or n is None or pd.isna(iqr) or pd.isna(n) or n < 2:
+            return None
+        return math.sqrt(math.pi / 2) * (iqr / 1.349) / math.sqrt(n)
     if metric == "val_accuracy":
         n = row.get(f"val_samples_{side}")
         if n is None or pd.isna(n) or n <= 0:
@@ -90,10 +111,20 @@ def _noise(metric: str, row: pd.Series, side: str) -> float | None:
 def metric_diff(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
     """Per grid point and metric: both values, the change, and whether it exceeds the noise.
 
-    ``beyond_noise`` is True when |b - a| exceeds twice the combined standard error of the two
-    runs, False when it does not, and empty when the metric has no noise model.
+    ``diff_se`` is the standard error of b - a, √(se_a² + se_b²) from ``_standard_error``;
+    ``beyond_noise`` is True when |b - a| exceeds twice it, False when it does not, and empty
+    when the metric has no noise model.
     """
-    keep = [*GRID_KEYS, "status", *METRICS, "step_time_ms_iqr", "val_samples", *SETTING_COLUMNS]
+    keep = [
+        *GRID_KEYS,
+        "status",
+        *METRICS,
+        "samples_per_s_windows",
+        "step_time_ms_iqr",
+        "measured_steps",
+        "val_samples",
+        *SETTING_COLUMNS,
+    ]
     a, b = with_grid_defaults(summary_a), with_grid_defaults(summary_b)
     a = a[[c for c in keep if c in a]]
     b = b[[c for c in keep if c in b]]
@@ -117,10 +148,11 @@ def metric_diff(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFram
             va, vb = row.get(f"{metric}_a"), row.get(f"{metric}_b")
             if va is None or vb is None or pd.isna(va) or pd.isna(vb) or va == vb:
                 continue
-            na, nb = _noise(metric, row, "a"), _noise(metric, row, "b")
-            beyond = None
+            na, nb = _standard_error(metric, row, "a"), _standard_error(metric, row, "b")
+            diff_se = beyond = None
             if na is not None and nb is not None:
-                beyond = bool(abs(vb - va) > 2 * math.hypot(na, nb))
+                diff_se = math.hypot(na, nb)
+                beyond = bool(abs(vb - va) > 2 * diff_se)
             rows.append(
                 {
                     **grid,
@@ -128,12 +160,50 @@ def metric_diff(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFram
                     "a": va,
                     "b": vb,
                     "change_pct": 100 * (vb - va) / abs(va) if va else None,
+                    "diff_se": diff_se,
                     "beyond_noise": beyond,
                     "note": "; ".join(settings),
                 }
             )
-    columns = [*GRID_KEYS, "metric", "a", "b", "change_pct", "beyond_noise", "note"]
+    columns = [*GRID_KEYS, "metric", "a", "b", "change_pct", "diff_se", "beyond_noise", "note"]
     return pd.DataFrame(rows, columns=columns)
+
+
+#: Significant digits kept where a number has no standard error (memory, loss).
+PLAIN_DIGITS = 4
+
+
+def round_to_noise(value: Any, se: float | None) -> str:
+    """``value`` as text, to the decimal of the second significant digit of its standard error
+    ``se`` (PLAIN_DIGITS significant digits without one): the digits beyond are noise."""
+    if value is None or pd.isna(value):
+        return ""
+    value = float(value)
+    if se is None or pd.isna(se) or not math.isfinite(se) or se <= 0:
+        return f"{value:.{PLAIN_DIGITS}g}"
+    decimals = 1 - math.floor(math.log10(se))
+    if decimals > 0:
+        return f"{value:.{decimals}f}"
+    return f"{round(value, decimals):.0f}"
+
+
+def metric_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """``metric_diff``'s rows as printed: a and b rounded to the difference's standard error,
+    ``change_pct`` to that error in percent of a, the error itself to two significant digits."""
+    out = metrics.astype(object).copy()
+    for index, row in metrics.iterrows():
+        se = row["diff_se"]
+        a = row["a"]
+        se_pct = None
+        numeric = isinstance(a, numbers.Real) and not isinstance(a, bool)
+        if numeric and se is not None and not pd.isna(se) and a:
+            se_pct = 100 * se / abs(a)
+        if numeric:
+            out.at[index, "a"] = round_to_noise(a, se)
+            out.at[index, "b"] = round_to_noise(row["b"], se)
+        out.at[index, "change_pct"] = round_to_noise(row["change_pct"], se_pct)
+        out.at[index, "diff_se"] = "" if se is None or pd.isna(se) else f"{float(se):.2g}"
+    return out
 
 
 def _markdown(frame: pd.DataFrame) -> str:
@@ -155,7 +225,7 @@ def compare(folder_a: str | Path, folder_b: str | Path) -> str:
     metrics = metric_diff(
         pd.read_csv(folder_a / "summary.csv"), pd.read_csv(folder_b / "summary.csv")
     )
-    beyond = metrics[metrics["beyond_noise"] == True]  # noqa: E712 - the column holds None too
+    beyond = metric_table(metrics[metrics["beyond_noise"] == True])  # noqa: E712 - None too
     lines = [
         f"# batchscope compare\n\n- a: `{folder_a}` (environment `{env_a.get('fingerprint')}`)",
         f"- b: `{folder_b}` (environment `{env_b.get('fingerprint')}`)\n",
@@ -164,7 +234,12 @@ def compare(folder_a: str | Path, folder_b: str | Path) -> str:
         f"## Metric differences beyond the noise ({len(beyond)})\n",
         _markdown(beyond),
         f"## All metric differences ({len(metrics)})\n",
-        "`beyond_noise` is empty where the metric has no noise model (memory, loss).\n",
-        _markdown(metrics),
+        "`diff_se` is the standard error of b − a, and `beyond_noise` says whether |b − a| exceeds "
+        "twice it (empty where the metric has no noise model: memory, loss). These errors are "
+        "within one run (samples/s: over its throughput windows; the median step time: from its "
+        "IQR and step count; accuracy: binomial): the variation between processes, often larger, "
+        "is not in them, so compare points measured in several rounds before trusting a "
+        "difference. Numbers are rounded to the second significant digit of `diff_se`.\n",
+        _markdown(metric_table(metrics)),
     ]
     return "\n".join(lines)

@@ -10,9 +10,11 @@ log S_i − log(1 + B_noise/B_i), so the fit is a one-dimensional search over B_
 grid, refined by golden-section search). A best B_noise at the grid's top means the steps still
 fall as 1/B at the largest batch (the knee lies beyond it); at its bottom, larger batches never
 helped. Only batch sizes whose seeds all reached the target enter the fit (``fit_table``): the
-mean over the seeds that reached it is biased low where some did not. Its interval is a
-percentile bootstrap over seeds (each batch size's seeds resampled with replacement); with three
-seeds it shows the seed-to-seed noise roughly, and understates it.
+mean over the seeds that reached it is biased low where some did not. The curve has two
+parameters, so it passes exactly through any two points whatever their steps: a fit needs at
+least three batch sizes (``MIN_FIT_SIZES``) to say anything about the curve's shape. Its
+interval is a percentile bootstrap over seeds (each batch size's seeds resampled with
+replacement); with three seeds it shows the seed-to-seed noise roughly, and understates it.
 
 Regimes, by the fitted curve's log-log slope −B_noise/(B + B_noise): perfect scaling while
 B ≤ B_noise/4 (doubling B still nearly halves the steps), no benefit from B ≥ 4·B_noise, diminishing
@@ -46,6 +48,9 @@ REGIMES = ("perfect scaling", "diminishing returns", "no benefit")
 
 #: A batch size within this factor of a reference (B_simple, the knee) is "around" it.
 AROUND_FACTOR = 2.0
+
+#: Batch sizes a knee fit needs: two determine S_min and B_noise exactly (no test of the shape).
+MIN_FIT_SIZES = 3
 
 #: The knee search: B_noise from the smallest batch / GRID_SPAN to the largest × GRID_SPAN.
 GRID_SPAN = 1000.0
@@ -140,8 +145,11 @@ def fit_knee(batch_sizes: Sequence[float], steps: Sequence[float], *, bootstrap=
     """
     batch = np.asarray(batch_sizes, dtype=float)
     log_steps = np.log(np.asarray(steps, dtype=float))
-    if len(np.unique(batch)) < 2:
-        raise ValueError("the knee fit needs points at two or more batch sizes")
+    if len(np.unique(batch)) < MIN_FIT_SIZES:
+        raise ValueError(
+            f"the knee fit needs points at {MIN_FIT_SIZES} or more batch sizes: the curve's two "
+            "parameters pass exactly through any two"
+        )
     if not (np.all(batch > 0) and np.all(np.isfinite(log_steps))):
         raise ValueError("batch sizes and steps must be positive and finite")
     grid = _grid(batch)
@@ -227,13 +235,14 @@ def _bootstrap_means(values: Sequence[np.ndarray], resamples: int, seed: int) ->
 def fit_table(table: pd.DataFrame) -> tuple[Knee | None, str]:
     """The knee of a model's per-batch-size table (``convergence_tables.batch_table``), fitted to
     the batch sizes whose seeds all reached the target, and a sentence on what it was fitted to
-    (or why it was not: fewer than two such batch sizes gives None)."""
+    (or why it was not: fewer than MIN_FIT_SIZES such batch sizes gives None)."""
     points = table[table["all_reached"] & table["steps_mean"].notna()]
     skipped = table[~table["all_reached"] & (table["n_reached"] > 0)]["batch"].tolist()
-    if len(points) < 2:
+    if len(points) < MIN_FIT_SIZES:
         return None, (
             "Too few batch sizes reached the target in every seed to fit the knee "
-            f"({len(points)}; at least 2 needed)."
+            f"({len(points)}; at least {MIN_FIT_SIZES} needed: the curve's two parameters pass "
+            "exactly through any two points, so two would show nothing about its shape)."
         )
     values = [np.asarray(v, dtype=float) for v in points["steps_values"]]
     # with one seed per batch size there is nothing to resample: no interval

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from batchscope.core.verdict import welch_log_test
 from batchscope.report.convergence_fits import AROUND_FACTOR, relation
 from batchscope.report.convergence_tables import (
     ModelReport,
@@ -44,6 +45,9 @@ HOW_TO_READ = (
     "a small factor). Steps are not time: the recommendation ranks batch sizes by seconds to "
     "the target on this machine, which also counts how fast each batch size runs."
 )
+
+#: Level of the one-sided test of the runner-up against the recommended batch size.
+RUNNER_UP_LEVEL = 0.05
 
 #: Header of the document's per-batch-size table (``evidence_table``).
 TABLE_COLUMNS = (
@@ -114,18 +118,40 @@ def _best_text(report: ModelReport, best: Mapping[str, Any], picks: pd.DataFrame
 
 
 def _runner_up_text(best: Mapping[str, Any], picks: pd.DataFrame) -> str:
-    """The next fastest batch size to the target, and whether the seeds' intervals overlap."""
+    """The next fastest batch size to the target, and whether a test across the seeds
+    separates it from the recommended one (``_separation_text``)."""
     rest = picks[picks["batch"] != best["batch"]].sort_values("seconds_mean")
     if not len(rest):
         return ""
     second = rest.iloc[0]
-    overlap = _overlap(best, second, "seconds")
-    return f" The next, batch size {second['batch']}, took {second['seconds_mean']:.1f} s" + (
-        " (the intervals overlap: within the seeds' noise)."
-        if overlap
-        else " (the intervals do not overlap)."
-        if overlap is not None
-        else "."
+    return (
+        f" The next, batch size {second['batch']}, took {second['seconds_mean']:.1f} s"
+        + _separation_text(best, second)
+        + "."
+    )
+
+
+def _separation_text(best: Mapping[str, Any], second: Mapping[str, Any]) -> str:
+    """Whether the runner-up's seconds to the target are longer than the best's beyond the
+    seed-to-seed noise: Welch's one-sided t-test on log seconds over the seeds, at
+    RUNNER_UP_LEVEL. Overlapping 95% intervals would not say "within noise": two means can
+    differ significantly while their intervals overlap."""
+    fast, slow = best["seconds_values"], second["seconds_values"]
+    if min(len(fast), len(slow)) < 2:
+        return (
+            " (one seed at one of them: the seed-to-seed noise is unknown, so whether it is "
+            "really slower is too; two or more seeds each would tell)"
+        )
+    test = welch_log_test(slow, fast)  # H1: the runner-up takes longer
+    seeds = f"{len(fast)} and {len(slow)} seeds"
+    if test.p_value < RUNNER_UP_LEVEL:
+        return (
+            f" (longer beyond the seeds' noise: Welch's t-test on log seconds over {seeds}, "
+            f"one-sided p = {test.p_value:.2g})"
+        )
+    return (
+        f" (not separated from batch size {best['batch']} by the seeds: Welch's t-test on log "
+        f"seconds over {seeds}, one-sided p = {test.p_value:.2g}; more seeds could tell)"
     )
 
 
@@ -190,14 +216,6 @@ def position_text(batch: int, report: ModelReport) -> str:
         + " and ".join(parts)
         + f"{regime_text} (around: within a factor of two)."
     )
-
-
-def _overlap(a: Mapping[str, Any], b: Mapping[str, Any], quantity: str) -> bool | None:
-    lows = (a[f"{quantity}_low"], b[f"{quantity}_low"])
-    highs = (a[f"{quantity}_high"], b[f"{quantity}_high"])
-    if any(pd.isna(v) for v in (*lows, *highs)):
-        return None
-    return bool(lows[0] <= highs[1] and lows[1] <= highs[0])
 
 
 def _ci_text(row: Mapping[str, Any], quantity: str, fmt: str, unit: str = "") -> str:

@@ -1,3 +1,4 @@
+import copy
 import math
 
 import numpy as np
@@ -401,3 +402,45 @@ def test_gradient_sq_norms_in_micro_batch_chunks_equal_the_whole_passes():
     training.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=12, chunk=5)
     handle.remove()
     assert max(passes) == 5 and sum(passes) == 48
+
+
+def _sq_norms_direct(model, x, y, batch_small):
+    """|G_small|², |G_big|² from ordinary backward passes over x[:batch_small] and x."""
+    out = []
+    for part in (slice(0, batch_small), slice(None)):
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x[part]), y[part]).backward()
+        grad = _grads(model)
+        out.append(float(grad @ grad))
+    return tuple(out)
+
+
+def test_gradient_sq_norms_hold_train_mode_batchnorm_at_the_whole_batch_statistics():
+    # Each part normalised by its own statistics (4 samples here) breaks
+    # E|G_b|² = |G|² + tr Σ/b. The reference: the same network with its BatchNorm replaced by
+    # the fixed affine map of the whole batch's statistics (eval mode with those as running
+    # statistics), whose gradients are means of per-sample gradients.
+    torch.manual_seed(5)
+    model = _conv_bn()
+    model.train()
+    x, y = _data(32, (1, 5, 5))
+    with torch.no_grad():
+        conv_out = model[0](x)
+    reference = copy.deepcopy(model)
+    norm = reference[1]
+    norm.running_mean.copy_(conv_out.mean(dim=(0, 2, 3)))
+    norm.running_var.copy_(conv_out.var(dim=(0, 2, 3), correction=0))
+    norm.eval()
+    expected = _sq_norms_direct(reference, x, y, batch_small=4)
+
+    measured = training.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=4)
+    assert measured == pytest.approx(expected, rel=1e-10)
+    # the per-part statistics would have given another small-batch norm
+    assert _sq_norms_direct(model, x, y, 4)[0] != pytest.approx(expected[0], rel=1e-3)
+    # chunks pool into the same statistics (the only BatchNorm sees the raw convolution)
+    chunked = training.gradient_sq_norms(model, F.cross_entropy, x, y, batch_small=4, chunk=5)
+    assert chunked == pytest.approx(expected, rel=1e-10)
+    # and the model is its own again: training-mode BatchNorm with batch statistics
+    assert "forward" not in model[1].__dict__
+    model.zero_grad(set_to_none=True)
+    assert _sq_norms_direct(model, x, y, 4)[0] != pytest.approx(expected[0], rel=1e-3)

@@ -189,6 +189,17 @@ def test_knee_fit_uses_only_batch_sizes_every_seed_reached():
     assert regimes[256] == "no benefit"  # 256 >= 4 * 64
 
 
+def test_no_knee_through_two_batch_sizes():
+    # two points fix S_min and B_noise exactly, whatever the steps: a fit would always "fit"
+    with pytest.raises(ValueError, match="3 or more batch sizes"):
+        fits.fit_knee([16, 64], [500.0, 200.0])
+    summary = sweep()
+    report = cr.analyse(summary[summary["batch_size"].isin([16, 32, 256])])[0]
+    assert report.knee is None
+    assert "(2; at least 3 needed" in report.knee_note
+    assert "the knee could not be fitted" in report.recommendation
+
+
 def test_relation_and_regime_thresholds():
     assert fits.relation(32, 100) == "below"
     assert fits.relation(64, 100) == "around"
@@ -214,6 +225,37 @@ def test_recommends_lowest_time_to_target_not_highest_throughput():
     # 32 is under half of B_simple (median 71), and within x2 of the knee (about 64)
     assert "below the gradient noise scale B_simple ≈ 71" in text
     assert "around the knee" in text
+
+
+def _with_seconds(summary: pd.DataFrame, seconds: dict[int, list[float]]) -> pd.DataFrame:
+    summary = summary.copy()
+    for batch, values in seconds.items():
+        rows = summary.index[summary["batch_size"] == batch]
+        summary.loc[rows, "seconds_to_target"] = values
+    return summary
+
+
+def test_runner_up_is_judged_by_a_test_across_seeds_not_by_overlapping_intervals():
+    # means 7.8 and 8.1 s, each seed 0.1 s apart: the 95% intervals (±0.25 s) overlap, yet
+    # Welch's test separates them (one-sided p ≈ 0.01)
+    summary = _with_seconds(sweep(), {32: [7.7, 7.8, 7.9], 64: [8.0, 8.1, 8.2]})
+    report = cr.analyse(summary)[0]
+    low_64 = report.table.set_index("batch").loc[64, "seconds_low"]
+    assert low_64 < report.table.set_index("batch").loc[32, "seconds_high"]  # they overlap
+    assert report.best["batch"] == 32
+    assert "The next, batch size 64, took 8.1 s (longer beyond the seeds' noise" in (
+        report.recommendation
+    )
+    assert "within the seeds' noise" not in report.recommendation
+
+    spread = _with_seconds(sweep(), {32: [7.7, 7.8, 7.9], 64: [7.0, 8.1, 9.2]})
+    text = cr.analyse(spread)[0].recommendation
+    assert "(not separated from batch size 32 by the seeds" in text
+
+    one_seed = sweep()
+    one_seed = one_seed[(one_seed["seed"] == 0) | ~one_seed["batch_size"].isin([32, 64])]
+    text = cr.analyse(one_seed)[0].recommendation
+    assert "the seed-to-seed noise is unknown" in text
 
 
 def test_no_run_reaching_the_target_gives_a_plain_statement():
