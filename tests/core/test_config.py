@@ -268,3 +268,11 @@ def test_config_readme_documents_every_schema_key_with_the_schemas_default():
         shown = re.match(r"`([^`]*)`", cell)
         assert shown, f"{key}: the README's default cell {cell!r} holds no `value`"
         assert yaml.safe_load(shown[1]) == node["default"], f"{key}: README default differs"
+
+
+def test_train_validate_reaches_the_runs_spec_and_ceilings_never_validate():
+    from tests.factories import make_spec
+
+    assert make_spec("train").train.validate is True
+    assert make_spec("train", train={"validate": False}).train.validate is False
+    assert make_spec("train", kind="ceiling").train.validate is False
