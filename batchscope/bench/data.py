@@ -27,7 +27,8 @@ from torch.utils.data import Dataset
 
 from batchscope.core import datasets
 
-SPLITS = ("train", "test")
+#: ``all``: every image of an image folder (what inference reads: ``datasets.work_split``).
+SPLITS = ("train", "test", "all")
 
 #: Images ``synthetic`` keeps in memory; items beyond it repeat the pool (index modulo its size).
 SYNTHETIC_POOL = 256
@@ -37,7 +38,7 @@ SYNTHETIC_KEYS = ("channels", "image_size", "num_classes", "num_samples")
 #: The index ``prepare`` writes for ``imagefolder``: ``<root>/index.json``.
 INDEX_NAME = "index.json"
 INDEX_FORMAT = "batchscope-imagefolder-index"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: a val/ folder's images apart, as val_samples
 
 
 class DatasetError(RuntimeError):
@@ -94,25 +95,31 @@ def open_split(
     channels: int | None = None,
     image_size: int | None = None,
     synthetic: Mapping | None = None,
+    val_fraction: float = 0.0,
 ) -> Split:
-    """Open split ``"train"`` or ``"test"`` of a prepared dataset.
+    """Open split ``"train"`` or ``"test"`` of a prepared dataset (``"all"``: image folders).
 
     ``channels=3`` expands a 1-channel dataset to 3 (torchvision models need 3); other changes
-    of channel count are refused. ``image_size`` resizes to a square of that side. ``imagefolder``
-    has one index, so ``"train"`` and ``"test"`` are the same images. ``synthetic`` needs the
-    mapping ``synthetic`` with keys ``channels``, ``image_size``, ``num_classes``, ``num_samples``;
-    ``channels`` and ``image_size`` given here override it, and ``root`` may be None.
+    of channel count are refused. ``image_size`` resizes to a square of that side.
+    ``imagefolder``: ``"test"`` is its ``val/`` folder's images if it had one, else the
+    ``val_fraction`` of each class that ``batchscope.core.datasets.held_out`` chooses, and
+    ``"train"`` the others; ``"all"`` is every image. ``synthetic`` needs the mapping
+    ``synthetic`` with keys ``channels``, ``image_size``, ``num_classes``, ``num_samples``;
+    ``channels`` and ``image_size`` given here override it, ``root`` may be None, and every
+    split is the same images.
     """
     check_name(name)
     if split not in SPLITS:
         raise DatasetError(f"{name}: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if name == "synthetic":
         return _open_synthetic(synthetic, channels, image_size)
+    if split == "all" and name != "imagefolder":
+        raise DatasetError(f"{name}: split 'all' is for image folders; use train or test")
     if root is None:
         raise DatasetError(f"{name}: open_split needs the root prepare() filled")
     from batchscope.bench import images  # torchvision and PIL: only for the data that needs them
 
-    return images.open_split(name, Path(root), split, channels, image_size)
+    return images.open_split(name, Path(root), split, channels, image_size, val_fraction)
 
 
 def needs_torchvision(name: str) -> bool:

@@ -12,8 +12,9 @@ Datasets (``batchscope.core.datasets.NAMES``):
   *decompressed* content (so re-compressed copies, e.g. Debian's ``dataset-fashion-mnist``, are
   accepted) and stored where ``torchvision.datasets.FashionMNIST`` finds them.
 - ``cifar10``: one archive, checked by its md5, extracted with tarfile's ``"data"`` filter.
-- ``imagefolder``: a local folder of class subfolders (torchvision's ImageFolder layout); prepare
-  decodes every image once and writes ``<root>/index.json`` listing the readable ones.
+- ``imagefolder``: a local folder of class subfolders (torchvision's ImageFolder layout), with
+  its held-out images in a ``val/`` subfolder if it has one; prepare decodes every image once
+  and writes ``<root>/index.json`` listing the readable ones.
 - ``synthetic``: fixed random tensors, generated in memory; nothing to prepare.
 
 A mirror is a base location; a file's location is the base plus its name. A base is an http(s)
@@ -46,7 +47,6 @@ from urllib.request import url2pathname
 
 from PIL import Image
 from torchvision.datasets import CIFAR10, FashionMNIST
-from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 from torchvision.datasets.utils import calculate_md5, download_url
 
 from batchscope.bench.data import (
@@ -59,6 +59,7 @@ from batchscope.bench.data import (
     read_index,
 )
 from batchscope.bench.images import DECODE_ERRORS, fashion_raw_folder
+from batchscope.core import datasets
 from batchscope.core.results import write_json
 
 #: Written into the extracted CIFAR-10 folder once verified; holds the archive's md5.
@@ -201,7 +202,9 @@ def _prepare_cifar10(
 def _prepare_imagefolder(root: Path, path: str | Path | None, log: Callable[[str], None]) -> None:
     """Decode every image under ``path`` once; write ``<root>/index.json`` of the readable ones.
 
-    The index is rebuilt only when the folder's listing (names, sizes, mtimes) has changed.
+    The images are those :func:`batchscope.core.datasets.list_image_folder` lists (the config
+    check counts the same); a ``val/`` folder's are indexed apart, as ``val_samples``. The
+    index is rebuilt only when the folder's listing (names, sizes, mtimes) has changed.
     """
     if path is None:
         raise DatasetError("imagefolder: prepare needs path=, a folder of class subfolders")
@@ -209,37 +212,51 @@ def _prepare_imagefolder(root: Path, path: str | Path | None, log: Callable[[str
     if not source.is_dir():
         raise DatasetError(f"imagefolder: {source} is not a directory")
     try:
-        classes, class_to_idx = find_classes(source)
-        candidates = make_dataset(source, class_to_idx, extensions=IMG_EXTENSIONS, allow_empty=True)
-    except OSError as exc:
-        raise DatasetError(f"imagefolder: cannot list {source}: {one_line(exc)}") from exc
-    fingerprint = _listing_fingerprint(candidates)
+        listing = datasets.list_image_folder(source)
+    except datasets.ImageFolderError as exc:
+        raise DatasetError(f"imagefolder: {exc}") from exc
+    parts = {"samples": listing.train, "val_samples": listing.val or ()}
+    tagged = [*parts["samples"], *[("val", *sample) for sample in parts["val_samples"]]]
+    fingerprint = _listing_fingerprint(tagged)
     index_path = root / INDEX_NAME
     old = _read_index_or_none(index_path)
-    if old and old.get("source") == str(source) and old.get("fingerprint") == fingerprint:
+    if (
+        old
+        and old.get("version") == INDEX_VERSION
+        and old.get("source") == str(source)
+        and old.get("fingerprint") == fingerprint
+    ):
         log(f"imagefolder: cached index {index_path}")
         return
-    samples, skipped = [], []
-    for file, label in candidates:
-        reason = _decode_error(file)
-        if reason is None:
-            samples.append([file, label])
-        else:
-            skipped.append({"path": file, "reason": reason})
-            log(f"imagefolder: skipping unreadable {file}: {reason}")
-    if not samples:
+    readable: dict[str, list] = {"samples": [], "val_samples": []}
+    skipped = []
+    for part, candidates in parts.items():
+        for file, label in candidates:
+            reason = _decode_error(file)
+            if reason is None:
+                readable[part].append([file, label])
+            else:
+                skipped.append({"path": file, "reason": reason})
+                log(f"imagefolder: skipping unreadable {file}: {reason}")
+    if not readable["samples"]:
         raise DatasetError(f"imagefolder: no readable image under {source}")
+    if listing.val is not None and not readable["val_samples"]:
+        raise DatasetError(f"imagefolder: no readable image under {source / datasets.VAL_FOLDER}")
     index = {
         "format": INDEX_FORMAT,
         "version": INDEX_VERSION,
         "source": str(source),
         "fingerprint": fingerprint,
-        "classes": classes,
-        "samples": samples,
+        "classes": list(listing.classes),
+        "samples": readable["samples"],
         "skipped": skipped,
     }
+    if listing.val is not None:
+        index["val_samples"] = readable["val_samples"]
     write_json(index_path, index)
-    log(f"imagefolder: indexed {len(samples)} images, skipped {len(skipped)}, in {index_path}")
+    held_out = f", {len(readable['val_samples'])} of them held out (val/)" if listing.val else ""
+    total = len(readable["samples"]) + len(readable["val_samples"])
+    log(f"imagefolder: indexed {total} images{held_out}, skipped {len(skipped)}, in {index_path}")
 
 
 # ------------------------------------------------------------------------------ fetch and verify
@@ -369,12 +386,14 @@ def _decode_error(file: str | Path) -> str | None:
     return None
 
 
-def _listing_fingerprint(samples: Sequence[tuple[str, int]]) -> str:
-    """A digest of the files' names, labels, sizes and mtimes: changes when the folder does."""
+def _listing_fingerprint(samples: Sequence[tuple]) -> str:
+    """A digest of the files' names, labels (and split), sizes and mtimes: changes when the
+    folder does."""
     digest = hashlib.sha256()
-    for file, label in samples:
+    for *tags, file, label in samples:
         stat = os.stat(file)
-        digest.update(f"{file}\t{label}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+        line = "\t".join([*tags, file, str(label), str(stat.st_size), str(stat.st_mtime_ns)])
+        digest.update(f"{line}\n".encode())
     return digest.hexdigest()
 
 

@@ -8,7 +8,8 @@ DataLoader workers started by ``spawn`` can unpickle them.
 - ``fashion_mnist``: ``torchvision.datasets.FashionMNIST`` over the decompressed files
   ``prepare`` verified, normalised with the training set's mean and spread.
 - ``cifar10``: torchvision's CIFAR10 over the extracted archive, normalised likewise.
-- ``imagefolder``: the images ``<root>/index.json`` lists (the readable ones), decoded on access.
+- ``imagefolder``: the images ``<root>/index.json`` lists (the readable ones), decoded on access;
+  its held-out split is the ``val/`` folder's images, else a fixed share of each class.
 """
 
 from __future__ import annotations
@@ -34,14 +35,19 @@ DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.Decompression
 
 
 def open_split(
-    name: str, root: Path, split: str, channels: int | None, image_size: int | None
+    name: str,
+    root: Path,
+    split: str,
+    channels: int | None,
+    image_size: int | None,
+    val_fraction: float = 0.0,
 ) -> Split:
     """``batchscope.bench.data.open_split`` for the datasets torchvision reads (name checked)."""
     if name == "fashion_mnist":
         return _open_fashion_mnist(root, split, channels, image_size)
     if name == "cifar10":
         return _open_cifar10(root, split, channels, image_size)
-    return _open_imagefolder(root, channels, image_size)
+    return _open_imagefolder(root, split, channels, image_size, val_fraction)
 
 
 def fashion_raw_folder(root: Path) -> Path:
@@ -146,13 +152,31 @@ class IndexedImages(Dataset):
         return self.transform(image), label
 
 
-def _open_imagefolder(root: Path, channels: int | None, image_size: int | None) -> Split:
+def _open_imagefolder(
+    root: Path, split: str, channels: int | None, image_size: int | None, val_fraction: float
+) -> Split:
     index_path = root / INDEX_NAME
     if not index_path.is_file():
         raise DatasetError(f"imagefolder: no index at {index_path}; run prepare first")
     index = read_index(index_path)
+    samples = index["samples"]
+    if "val_samples" in index:  # the folder's own val/ split
+        train, test = samples, index["val_samples"]
+    else:
+        try:
+            chosen = datasets.held_out(samples, val_fraction)
+        except ValueError as exc:
+            raise DatasetError(f"imagefolder: {exc}") from exc
+        train = [s for s, out in zip(samples, chosen, strict=True) if not out]
+        test = [s for s, out in zip(samples, chosen, strict=True) if out]
+    picked = {"train": train, "test": test, "all": [*train, *test]}[split]
+    if not picked:
+        raise DatasetError(
+            f"imagefolder: no {split} images in {index_path} (val_fraction {val_fraction}: "
+            "raise it, or add a val/ folder)"
+        )
     size = image_size or datasets.IMAGEFOLDER_DEFAULT_SIZE
     native = datasets.native_channels("imagefolder")  # read as RGB
     transform = _image_transform("imagefolder", native, channels, size, normalize=None)
-    dataset = IndexedImages(index["samples"], transform)
+    dataset = IndexedImages(picked, transform)
     return Split(dataset, len(index["classes"]), native, size, skipped=len(index["skipped"]))

@@ -86,13 +86,16 @@ def _open_data(spec: RunSpec):
     """The split the mode reads, the held-out split when training validates, and the channels
     the model is fed."""
     from batchscope.bench import data, models
+    from batchscope.core import datasets
 
     dataset = spec.dataset
     synthetic = dataclasses.asdict(dataset.synthetic) if dataset.synthetic else None
     native = data.native_channels(dataset.name, synthetic)
     channels = models.input_channels(spec.model, native)
     kwargs = {"channels": channels, "image_size": dataset.image_size, "synthetic": synthetic}
-    split = "train" if spec.mode == "train" else "test"
+    if dataset.val_fraction is not None:
+        kwargs["val_fraction"] = dataset.val_fraction
+    split = datasets.work_split(dataset.name, spec.mode)
     work = data.open_split(dataset.name, dataset.root, split, **kwargs)
     validate = spec.train is not None and spec.train.validate
     val = data.open_split(dataset.name, dataset.root, "test", **kwargs) if validate else None

@@ -2,7 +2,10 @@
 
 Imports only jsonschema and PyYAML, so the workflow can check a config before any job starts
 without importing torch. The JSON Schema (``workflow/schemas/config.schema.yaml``) is the
-contract; :func:`check` adds the few rules a schema cannot say.
+contract; :func:`check` adds the few rules a schema cannot say, and what can be known of the
+data and the models before any job: an image folder's images are listed (not decoded), so an
+empty folder, a batch larger than the data and an image too small for a model stop the sweep
+before its first job.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 import jsonschema
 import yaml
 from jsonschema.exceptions import best_match
+
+from batchscope.core import datasets, models
 
 #: The contract: the config's JSON Schema, with every key's default (in this checkout).
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -105,6 +110,7 @@ def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
             )
         raise ConfigError(f"config key {key_path(path)}: {_message(error)}")
     _check_semantics(config)
+    _check_against_data(with_defaults(config, schema))
 
 
 def _check_semantics(config: Mapping[str, Any]) -> None:
@@ -135,4 +141,98 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"config key {mode}.max_steps: {cap} leaves no step to measure after "
                 f"measure.warmup_steps={warmup}"
+            )
+    train = config.get("train", {})
+    if train.get("validate") is False:
+        for key in ("target_accuracy", "target_loss", "eval_every_samples"):
+            if train.get(key) is not None:
+                raise ConfigError(
+                    f"config key train.validate: false, but train.{key} needs validations"
+                )
+
+
+def _check_against_data(config: Mapping[str, Any]) -> None:
+    """What the data's size and the models' input sizes allow (``config`` has its defaults)."""
+    dataset = config["dataset"]
+    name = dataset["name"]
+    sizes = None
+    if name == "imagefolder":
+        sizes = _image_folder_sizes(config)
+    if config["batch_sizes"] != "auto":
+        for mode in config["modes"]:
+            _check_steps(config, mode, sizes)
+    native = datasets.SHAPES.get(name, {}).get("image_size", datasets.SYNTHETIC_DEFAULT_SIZE)
+    size = dataset["image_size"] or native
+    for model in config["models"]:
+        problem = models.input_size_problem(model, size)
+        if problem:
+            given = "" if dataset["image_size"] else f" ({name}'s own size)"
+            raise ConfigError(
+                f"config key dataset.image_size: {problem}{given}; set a size it takes"
+            )
+
+
+def _image_folder_sizes(config: Mapping[str, Any]) -> datasets.ImageFolderSizes:
+    """The image folder's split sizes; an empty folder, or no held-out image when training
+    validates, is an error."""
+    dataset = config["dataset"]
+    path = dataset["path"]
+    try:
+        listing = datasets.list_image_folder(path)
+    except datasets.ImageFolderError as exc:
+        raise ConfigError(f"config key dataset.path: {exc}") from exc
+    sizes = datasets.image_folder_sizes(listing, dataset["val_fraction"])
+    if not listing.train:
+        kinds = ", ".join(datasets.IMAGE_EXTENSIONS)
+        where = "class subfolders" if listing.val is None else "training class subfolders"
+        raise ConfigError(f"config key dataset.path: no image ({kinds}) in {where} of {path!r}")
+    if "train" in config["modes"] and config["train"]["validate"] and not sizes.held_out:
+        if listing.val is not None:
+            raise ConfigError(
+                f"config key dataset.path: {path!r} has a {datasets.VAL_FOLDER}/ folder with"
+                " no image to validate on"
+            )
+        raise ConfigError(
+            f"config key dataset.val_fraction: {dataset['val_fraction']} holds out none of"
+            f" the {sizes.total} images in {path!r}: raise it, add a {datasets.VAL_FOLDER}/"
+            " folder, or set train.validate: false"
+        )
+    return sizes
+
+
+def _check_steps(
+    config: Mapping[str, Any], mode: str, sizes: datasets.ImageFolderSizes | None
+) -> None:
+    """Every batch size of ``mode`` leaves a step to measure after the warm-up, where the split
+    it reads has a size known now."""
+    dataset = config["dataset"]
+    name = dataset["name"]
+    if name == "synthetic":
+        samples, what = dataset["num_samples"], "synthetic samples (dataset.num_samples)"
+    elif sizes is not None:
+        if mode == "train":
+            samples, what = sizes.train, f"training images in {dataset['path']!r}"
+        else:
+            samples, what = sizes.total, f"images in {dataset['path']!r}"
+    else:
+        samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode)
+        what = f"{name} {datasets.work_split(name, mode)} samples"
+        if samples is None:
+            return
+    warmup = config["measure"]["warmup_steps"]
+    epochs = config["train"]["epochs"] if mode == "train" else 1
+    accumulation = config["train"]["accumulation_steps"] if mode == "train" else [1]
+    per_epoch = -(-(warmup + 1) // epochs)  # steps each epoch must give
+    for number, batch in enumerate(config["batch_sizes"]):
+        for steps in accumulation:
+            if (samples // (batch * steps)) * epochs > warmup:
+                continue
+            per_step = f"{batch} x {steps} accumulation steps" if steps > 1 else f"{batch}"
+            largest = samples // (steps * per_epoch)
+            hint = f"the largest that does is {largest}" if largest else "no batch size does"
+            raise ConfigError(
+                f"config key batch_sizes[{number}]: {mode} batches of {per_step} give"
+                f" {samples // (batch * steps) * epochs} steps over the {samples} {what}"
+                f"{f' ({epochs} epochs)' if epochs > 1 else ''}, not more than the"
+                f" measure.warmup_steps={warmup}: nothing would be measured; {hint}"
             )

@@ -1,10 +1,18 @@
 """The dataset catalogue: what the workflow knows of each dataset before any job runs.
 
-No torch: the Snakefile reads it to build the compute-only ceiling's synthetic twin and to cap
-the largest-batch search, and the benchmark process (``batchscope.bench.data``) opens the data.
+No torch: the Snakefile reads it to build the compute-only ceiling's synthetic twin, to cap
+the largest-batch search and to check a sweep against its data's size (an image folder's images
+are listed, not decoded), and the benchmark process (``batchscope.bench.data``) opens the data
+with the same listing and the same held-out split.
 """
 
 from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 NAMES = ("fashion_mnist", "cifar10", "imagefolder", "synthetic")
 
@@ -39,3 +47,151 @@ def native_channels(name: str, synthetic_channels: int | None = None) -> int:
             raise ValueError("synthetic: the channels of its images are needed")
         return int(synthetic_channels)
     return SHAPES[name]["channels"]
+
+
+# ------------------------------------------------------------------------- image folders
+
+
+#: File endings an image folder's images have (torchvision's ImageFolder reads the same).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+#: An image folder holding these two subfolders (each of class subfolders) has its own split;
+#: a ``val`` folder beside the class folders holds the held-out images, the rest train.
+TRAIN_FOLDER, VAL_FOLDER = "train", "val"
+
+#: Seed of the held-out images' choice: part of the data, not of a run (no run seed moves it).
+HELD_OUT_SEED = "batchscope-held-out-v1"
+
+
+class ImageFolderError(ValueError):
+    """An image folder that cannot be read as class subfolders; the message is one line."""
+
+
+@dataclass(frozen=True)
+class ImageFolderListing:
+    """The image files of a folder of class subfolders, before any is decoded.
+
+    ``train`` and ``val`` are (path, label) pairs; ``val`` is None unless the folder has a
+    ``val/`` subfolder, whose images are then the held-out split.
+    """
+
+    classes: tuple[str, ...]
+    train: tuple[tuple[str, int], ...]
+    val: tuple[tuple[str, int], ...] | None
+
+
+def _class_folders(folder: str) -> list[str]:
+    with os.scandir(folder) as entries:
+        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+
+
+def _images_of(folder: str, classes: Sequence[str], labels: dict[str, int]):
+    """(path, label) of every image under each class subfolder, in a stable order."""
+    samples = []
+    for name in classes:
+        for parent, dirs, files in os.walk(os.path.join(folder, name), followlinks=True):
+            dirs.sort()
+            samples += [
+                (os.path.join(parent, file), labels[name])
+                for file in sorted(files)
+                if file.lower().endswith(IMAGE_EXTENSIONS)
+            ]
+    return samples
+
+
+def list_image_folder(path: str | os.PathLike) -> ImageFolderListing:
+    """The images under ``path``: ``path/<class>/...``; or ``path/train/<class>/...`` and
+    ``path/val/<class>/...``; or class folders beside ``path/val/<class>/...``.
+
+    The held-out images' classes must be training classes. No file is opened.
+    """
+    folder = os.path.abspath(os.fspath(path))
+    try:
+        top = _class_folders(folder)
+        val = None
+        if VAL_FOLDER in top:
+            train_root = os.path.join(folder, TRAIN_FOLDER)
+            if TRAIN_FOLDER in top:
+                classes = _class_folders(train_root)
+            else:
+                train_root, classes = folder, [c for c in top if c != VAL_FOLDER]
+            val_root = os.path.join(folder, VAL_FOLDER)
+            val_classes = _class_folders(val_root)
+            foreign = sorted(set(val_classes) - set(classes))
+            if foreign:
+                raise ImageFolderError(
+                    f"{val_root} has class folders the training images lack: {', '.join(foreign)}"
+                )
+            labels = {name: label for label, name in enumerate(classes)}
+            val = tuple(_images_of(val_root, val_classes, labels))
+        else:
+            train_root, classes = folder, top
+            labels = {name: label for label, name in enumerate(classes)}
+        train = tuple(_images_of(train_root, classes, labels))
+    except OSError as exc:
+        raise ImageFolderError(f"cannot list {folder}: {' '.join(str(exc).split())}") from exc
+    return ImageFolderListing(tuple(classes), train, val)
+
+
+def held_out(samples: Sequence[tuple[str, int]], val_fraction: float) -> list[bool]:
+    """Which of ``samples`` (path, label) are held out: per class, the ``val_fraction`` of its
+    images (rounded, never all of them) whose paths hash lowest.
+
+    Stratified and deterministic: the choice depends only on the files' names within their
+    folder (not on the folder's place, the listing's order or any run's seed), and adding an
+    image to a class moves at most one other image between the splits.
+    """
+    if not 0 <= val_fraction < 1:
+        raise ValueError(f"val_fraction {val_fraction!r}: expected 0 <= val_fraction < 1")
+    by_class: dict[int, list[int]] = {}
+    for number, (_, label) in enumerate(samples):
+        by_class.setdefault(label, []).append(number)
+    chosen = [False] * len(samples)
+    for numbers in by_class.values():
+        count = held_out_count(len(numbers), val_fraction)
+        ranked = sorted(numbers, key=lambda n: _rank(samples[n][0]))
+        for number in ranked[:count]:
+            chosen[number] = True
+    return chosen
+
+
+def held_out_count(class_images: int, val_fraction: float) -> int:
+    """Images of a class of ``class_images`` that :func:`held_out` holds out."""
+    return min(math.floor(class_images * val_fraction + 0.5), max(class_images - 1, 0))
+
+
+def _rank(path: str) -> str:
+    parts = os.path.normpath(path).split(os.sep)
+    return hashlib.sha256(f"{HELD_OUT_SEED}/{'/'.join(parts[-2:])}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ImageFolderSizes:
+    """How many images each split of an image folder has (before unreadable ones are skipped)."""
+
+    train: int
+    held_out: int
+
+    @property
+    def total(self) -> int:
+        return self.train + self.held_out
+
+
+def image_folder_sizes(listing: ImageFolderListing, val_fraction: float) -> ImageFolderSizes:
+    """The splits' sizes: the ``val/`` folder's, else those of :func:`held_out`."""
+    if listing.val is not None:
+        return ImageFolderSizes(len(listing.train), len(listing.val))
+    counts: dict[int, int] = {}
+    for _, label in listing.train:
+        counts[label] = counts.get(label, 0) + 1
+    val = sum(held_out_count(n, val_fraction) for n in counts.values())
+    return ImageFolderSizes(len(listing.train) - val, val)
+
+
+def work_split(name: str, mode: str) -> str:
+    """The split a mode's runs read: training reads ``train``; inference reads the test split,
+    or, for an image folder, every image (``all``: nothing is learned, nothing need be held out).
+    """
+    if mode == "train":
+        return "train"
+    return "all" if name == "imagefolder" else "test"

@@ -55,6 +55,9 @@ class DatasetSpec:
     #: resize to this side (None keeps the dataset's own)
     image_size: int | None
     synthetic: SyntheticSpec | None
+    #: image folders: share of each class held out for validation (a val/ folder overrides it);
+    #: None for the other datasets, whose splits are their own
+    val_fraction: float | None
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class TrainSpec:
     noise_scale_every_steps: int | None
     eval_samples: int | None
     stop_at_target: bool
-    #: validate on the held-out split after training (off for ceiling runs)
+    #: validate on the held-out split after training (``train.validate``; off for ceiling runs)
     validate: bool
 
 
@@ -243,7 +246,14 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
             num_samples=cfg["num_samples"],
         )
     root = None if name == "synthetic" else paths.DATASET_DIR.format(dataset=name)
-    return DatasetSpec(name=name, root=root, image_size=cfg.get("image_size"), synthetic=synthetic)
+    val_fraction = cfg["val_fraction"] if name == "imagefolder" else None
+    return DatasetSpec(
+        name=name,
+        root=root,
+        image_size=cfg.get("image_size"),
+        synthetic=synthetic,
+        val_fraction=val_fraction,
+    )
 
 
 def synthetic_twin(config: Mapping[str, Any], mode: str) -> DatasetSpec:
@@ -255,7 +265,9 @@ def synthetic_twin(config: Mapping[str, Any], mode: str) -> DatasetSpec:
         shape["image_size"] = config["dataset"]["image_size"]
     samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode, datasets.UNKNOWN_SPLIT_SAMPLES)
     synthetic = SyntheticSpec(**shape, num_samples=samples)
-    return DatasetSpec(name="synthetic", root=None, image_size=None, synthetic=synthetic)
+    return DatasetSpec(
+        name="synthetic", root=None, image_size=None, synthetic=synthetic, val_fraction=None
+    )
 
 
 def build(
@@ -278,7 +290,8 @@ def build(
     """
     train = None
     if mode == "train":
-        train = _section(TrainSpec, config["train"], validate=kind != "ceiling")
+        validate = kind != "ceiling" and config["train"]["validate"]
+        train = _section(TrainSpec, config["train"], validate=validate)
         if kind == "ceiling":
             train = replace(train, **CEILING_TRAIN_OFF)
     return RunSpec(

@@ -230,6 +230,8 @@ def test_a_torchvision_model_on_an_image_folder_still_runs_and_counts_flops_as_t
         model="resnet18",
         batch_size=2,
         dataset={"name": "imagefolder", "path": str(tree), "image_size": 32},
+        modes=["infer"],  # the sweep the config check sees: 8 images, batches of 2
+        batch_sizes=[2],
         **settings("infer", max_steps=3, warmup_steps=1, repeats=1),
     )
     spec = replace(spec, dataset=replace(spec.dataset, root=str(root)))

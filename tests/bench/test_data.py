@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import http.server
 import io
+import json
 import pickle
 import random
 import shutil
@@ -349,11 +350,70 @@ def test_imagefolder_skips_unreadable_and_loads(tmp_path, image_tree):
     images = [split.dataset[i] for i in range(len(split.dataset))]
     assert all(image.shape == (3, 16, 16) for image, _ in images)
     assert sorted(label for _, label in images) == [0, 0, 0, 1, 1, 1]
-    assert open_split("imagefolder", root, "test").dataset[0][0].shape == (3, 64, 64)
+    assert open_split("imagefolder", root, "all").dataset[0][0].shape == (3, 64, 64)
 
     log = Log()
     prepare("imagefolder", root, path=image_tree, log=log)
     assert any("cached" in line for line in log)
+
+
+def _class_tree(tree: Path, counts: dict[str, int], seed: int = 0) -> Path:
+    for class_number, (name, count) in enumerate(counts.items()):
+        (tree / name).mkdir(parents=True)
+        for i in range(count):
+            (tree / name / f"{i}.png").write_bytes(png_bytes((6, 6), seed + 100 * class_number + i))
+    return tree
+
+
+def _files(split) -> list[str]:
+    return [file for file, _ in split.dataset.samples]
+
+
+def test_imagefolder_holds_out_a_fixed_share_for_validation(tmp_path):
+    tree = _class_tree(tmp_path / "images", {"cats": 20, "dogs": 10})
+    root = tmp_path / "root"
+    prepare("imagefolder", root, path=tree, log=Log())
+    train = open_split("imagefolder", root, "train", val_fraction=0.2)
+    test = open_split("imagefolder", root, "test", val_fraction=0.2)
+    everything = open_split("imagefolder", root, "all", val_fraction=0.2)
+    assert not set(_files(train)) & set(_files(test))  # validation never sees training images
+    assert sorted(_files(train) + _files(test)) == sorted(_files(everything))
+    assert sorted(label for _, label in test.dataset.samples) == [0, 0, 0, 0, 1, 1]
+    again = open_split("imagefolder", root, "test", val_fraction=0.2)
+    assert _files(again) == _files(test)  # the same images in every run
+    with pytest.raises(DatasetError, match="no test images"):
+        open_split("imagefolder", root, "test", val_fraction=0.0)
+
+
+def test_imagefolder_val_folder_is_the_held_out_split(tmp_path):
+    tree = _class_tree(tmp_path / "images" / "train", {"cats": 4, "dogs": 4}).parent
+    _class_tree(tree / "val", {"cats": 2, "dogs": 1}, seed=50)
+    (tree / "val" / "dogs" / "bad.png").write_bytes(b"not a png")
+    root = tmp_path / "root"
+    log = Log()
+    prepare("imagefolder", root, path=tree, log=log)
+    assert any("3 of them held out (val/)" in line for line in log)
+    test = open_split("imagefolder", root, "test", val_fraction=0.5)
+    assert sorted(Path(f).relative_to(tree).as_posix() for f in _files(test)) == [
+        "val/cats/0.png", "val/cats/1.png", "val/dogs/0.png",
+    ]  # fmt: skip
+    assert sorted(label for _, label in test.dataset.samples) == [0, 0, 1]
+    train = open_split("imagefolder", root, "train", val_fraction=0.5)
+    assert len(train.dataset) == 8 and all("/train/" in f for f in _files(train))
+    assert test.skipped == 1
+
+
+def test_imagefolder_index_of_an_older_format_is_rebuilt(tmp_path):
+    tree = _class_tree(tmp_path / "images", {"cats": 2})
+    root = tmp_path / "root"
+    prepare("imagefolder", root, path=tree, log=Log())
+    index = read_json(root / "index.json")
+    index["version"] = 1
+    (root / "index.json").write_text(json.dumps(index))
+    log = Log()
+    prepare("imagefolder", root, path=tree, log=log)
+    assert not any("cached" in line for line in log)
+    assert read_json(root / "index.json")["version"] == fetch.INDEX_VERSION
 
 
 def test_imagefolder_file_broken_after_prepare_raises(tmp_path, image_tree):

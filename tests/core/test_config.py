@@ -80,8 +80,130 @@ def test_imagefolder_path_must_exist(tmp_path):
     config = _with("dataset", {"name": "imagefolder", "path": str(tmp_path / "missing")})
     with pytest.raises(ConfigError, match="dataset.path: .* is not a folder"):
         check(config, SCHEMA)
+    (tmp_path / "cats").mkdir()
+    for i in range(64):
+        (tmp_path / "cats" / f"{i}.png").write_bytes(b"")  # listed, not decoded
     config["dataset"]["path"] = str(tmp_path)
+    config["batch_sizes"] = [8]
     check(config, SCHEMA)
+
+
+def _image_folder(root: Path, counts: dict[str, int], ext: str = ".jpg") -> Path:
+    """Class subfolders holding empty files named like images: the check lists, never decodes."""
+    for name, count in counts.items():
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            (root / name / f"{i}{ext}").write_bytes(b"")
+    return root
+
+
+def _image_sweep(path: Path, **changes) -> dict:
+    config = _with("dataset", {"name": "imagefolder", "path": str(path)})
+    config.update(changes)
+    return config
+
+
+def _one_line_error(config) -> str:
+    with pytest.raises(ConfigError) as info:
+        check(config, SCHEMA)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_an_empty_image_folder_is_one_line_before_any_job(tmp_path):
+    folder = tmp_path / "images"
+    (folder / "cats").mkdir(parents=True)
+    (folder / "cats" / "notes.txt").write_text("not an image")
+    message = _one_line_error(_image_sweep(folder))
+    assert message.startswith("config key dataset.path: no image (.jpg")
+    assert str(folder) in message
+
+
+def test_a_batch_larger_than_the_image_folder_names_its_size(tmp_path):
+    folder = _image_folder(tmp_path / "images", {"a": 100, "b": 100, "c": 100})
+    config = _image_sweep(folder, modes=["train"], batch_sizes=[4, 512])
+    message = _one_line_error(config)
+    # 300 images, 30 held out: 270 train; batch 512 gives 0 steps; 5 warm-up steps by default
+    assert message.startswith("config key batch_sizes[1]: train batches of 512 give 0 steps")
+    assert "the 270 training images" in message and "warmup_steps=5" in message
+    assert message.endswith("the largest that does is 45")  # 270 // 6
+    config["batch_sizes"] = [4, 45]
+    check(config, SCHEMA)
+
+
+def test_inference_reads_every_image_of_the_folder(tmp_path):
+    folder = _image_folder(tmp_path / "images", {"a": 100, "b": 100, "c": 100})
+    check(_image_sweep(folder, modes=["infer"], batch_sizes=[50]), SCHEMA)  # 300 // 50 = 6 > 5
+    message = _one_line_error(_image_sweep(folder, modes=["train"], batch_sizes=[50]))
+    assert "train batches of 50 give 5 steps over the 270 training images" in message
+
+
+def test_accumulation_epochs_and_warmup_count_in_the_steps_check():
+    config = _with("dataset", {"name": "synthetic", "num_samples": 64})
+    config.update(modes=["train"], batch_sizes=[8], measure={"warmup_steps": 3})
+    config["train"] = {"accumulation_steps": [1, 4]}
+    message = _one_line_error(config)  # 64 // 32 = 2 steps, not more than 3
+    assert message.startswith("config key batch_sizes[0]: train batches of 8 x 4 accumulation")
+    assert "64 synthetic samples" in message
+    config["train"]["epochs"] = 2  # 4 steps over two epochs
+    check(config, SCHEMA)
+
+
+def test_known_datasets_are_checked_against_their_split_sizes():
+    message = _one_line_error(_with("batch_sizes", [4096]))  # Fashion-MNIST's 10000 test images
+    assert message.startswith("config key batch_sizes[0]: infer batches of 4096 give 2 steps")
+    assert "over the 10000 fashion_mnist test samples, not more than" in message
+    check(_with("modes", ["train"]) | {"batch_sizes": [4096]}, SCHEMA)  # 60000 // 4096 = 14
+
+
+@pytest.mark.parametrize(
+    ("model", "size", "expected"),
+    [
+        ("inception_v3", 64, "inception_v3 needs images of at least 75 px, not 64"),
+        ("vit_b_16", 256, "vit_b_16 takes images of exactly 224 px, not 256"),
+        ("alexnet", None, "alexnet needs images of at least 63 px, not 28 (fashion_mnist's"),
+    ],
+)
+def test_a_model_fed_images_it_cannot_take_stops_the_check(model, size, expected):
+    config = _with("models", [model])
+    config["dataset"]["image_size"] = size
+    message = _one_line_error(config)
+    assert message.startswith(f"config key dataset.image_size: {expected}")
+
+
+def test_models_that_take_the_size_pass():
+    config = _with("models", ["inception_v3", "resnet18"])
+    config["dataset"]["image_size"] = 75
+    check(config, SCHEMA)
+    config = _with("models", ["vit_b_32"])
+    config["dataset"]["image_size"] = 224
+    check(config, SCHEMA)
+
+
+def test_training_with_nothing_held_out_is_refused_unless_validation_is_off(tmp_path):
+    folder = _image_folder(tmp_path / "images", {"a": 40, "b": 40})
+    config = _image_sweep(folder, modes=["train"], batch_sizes=[8])
+    config["dataset"]["val_fraction"] = 0
+    message = _one_line_error(config)
+    assert message.startswith("config key dataset.val_fraction: 0 holds out none of the 80")
+    config["train"] = {"validate": False}
+    check(config, SCHEMA)
+
+
+def test_a_val_folder_with_a_foreign_class_is_one_line(tmp_path):
+    folder = _image_folder(tmp_path / "images", {"a": 20, "b": 20})
+    _image_folder(folder / "val", {"a": 2, "zebra": 2})
+    message = _one_line_error(_image_sweep(folder, batch_sizes=[4]))
+    assert message.startswith("config key dataset.path: ") and message.endswith("lack: zebra")
+
+
+@pytest.mark.parametrize("key", ["target_accuracy", "eval_every_samples"])
+def test_no_validation_refuses_what_needs_validations(key):
+    config = _with("train.validate", False)
+    config["train"][key] = 0.5 if key == "target_accuracy" else 1000
+    message = _one_line_error(config)
+    assert message == f"config key train.validate: false, but train.{key} needs validations"
 
 
 def test_model_names_are_exactly_what_the_pinned_torchvision_builds():
@@ -146,3 +268,12 @@ def test_config_readme_documents_every_schema_key_with_the_schemas_default():
         shown = re.match(r"`([^`]*)`", cell)
         assert shown, f"{key}: the README's default cell {cell!r} holds no `value`"
         assert yaml.safe_load(shown[1]) == node["default"], f"{key}: README default differs"
+
+
+def test_train_validate_reaches_the_runs_spec_and_ceilings_never_validate():
+    from tests.factories import make_spec
+
+    assert make_spec("train").train.validate is True
+    assert make_spec("train", train={"validate": False}).train.validate is False
+    fashion = {"name": "fashion_mnist"}  # a ceiling is the twin of real data
+    assert make_spec("train", kind="ceiling", dataset=fashion).train.validate is False

@@ -261,6 +261,7 @@ def test_a_trial_runs_the_sweeps_spec_at_its_size_covering_its_steps(tmp_path):
         kind="trial",
         batch_size=1,
         dataset={"name": "synthetic", "channels": 1, "image_size": 8, "num_samples": 10},
+        batch_sizes="auto",  # a trial's sweep; a fixed batch of 8 would not fit 10 samples
         **settings("train", precision="bf16", channels_last=True, val_batch_size=100),
     )
     runner = maxbatch.TrialRunner(run, 2, 135.0, tmp_path)
