@@ -24,6 +24,7 @@ meta device.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -66,8 +67,31 @@ class _Unsupported(Exception):
     """An operator :class:`FlopCount` leaves to ``FlopCounterMode``."""
 
 
+def is_convolution(op) -> bool:
+    """Is ``op`` (an operator or its overload packet) a convolution, forward or backward?
+
+    On a GPU these run in cuDNN and the rest of the counted FLOPs (``mm``, ``addmm``, ``bmm``,
+    attention) in cuBLAS: fp32 work in the two may run in different math modes (TF32 or not).
+    """
+    return "convolution" in str(getattr(op, "_overloadpacket", op))
+
+
+@dataclass(frozen=True)
+class Flops:
+    """FLOPs one sample costs, and the part of them that is convolutions."""
+
+    per_sample: float
+    conv_per_sample: float
+
+    @property
+    def conv_share(self) -> float:
+        """The convolutions' share of the FLOPs (0 when nothing was counted)."""
+        return self.conv_per_sample / self.per_sample if self.per_sample else 0.0
+
+
 class FlopCount(TorchDispatchMode):
-    """Sums ``flop_registry``'s formulas over the operators run inside it, in ``total``."""
+    """Sums ``flop_registry``'s formulas over the operators run inside it, in ``total``
+    (``conv``: the part of it that convolutions do)."""
 
     supports_higher_order_operators = True
 
@@ -80,6 +104,7 @@ class FlopCount(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.total = 0
+        self.conv = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs if kwargs else {}
@@ -101,7 +126,10 @@ class FlopCount(TorchDispatchMode):
         out = func(*args, **kwargs)
         formula = flop_registry.get(func._overloadpacket)
         if formula is not None:
-            self.total += formula(*args, **kwargs, out_val=out)
+            flops = formula(*args, **kwargs, out_val=out)
+            self.total += flops
+            if is_convolution(func):
+                self.conv += flops
         return out
 
 
@@ -112,7 +140,20 @@ def flops_per_sample(
     train: bool,
     device: str = "meta",
 ) -> float:
-    """FLOPs one sample costs: forward (infer) or forward + backward (train).
+    """FLOPs one sample costs: forward (infer) or forward + backward (train); see
+    :func:`count_flops`."""
+    return count_flops(build, input_shape, train=train, device=device).per_sample
+
+
+def count_flops(
+    build: Callable[[], torch.nn.Module],
+    input_shape: tuple[int, ...],
+    *,
+    train: bool,
+    device: str = "meta",
+) -> Flops:
+    """FLOPs one sample costs: forward (infer) or forward + backward (train), and how many of
+    them convolutions do.
 
     ``build`` makes a fresh model; the real model's state (batch-norm statistics) is untouched,
     and so is the global RNG: a CPU copy draws its initial weights from a forked one.
@@ -124,7 +165,7 @@ def flops_per_sample(
         try:
             with torch.random.fork_rng(devices=[]):
                 _run_once(build, input_shape, train, counter, "cpu")
-            return counter.total / _BATCH
+            return Flops(counter.total / _BATCH, counter.conv / _BATCH)
         except _Unsupported:
             pass
     elif device != "meta":
@@ -133,7 +174,9 @@ def flops_per_sample(
 
     counter = FlopCounterMode(display=False)
     _run_once(build, input_shape, train, counter, "meta")
-    return counter.get_total_flops() / _BATCH
+    by_op = counter.get_flop_counts().get("Global", {})
+    conv = sum(flops for op, flops in by_op.items() if is_convolution(op))
+    return Flops(counter.get_total_flops() / _BATCH, conv / _BATCH)
 
 
 def _run_once(build, input_shape: tuple[int, ...], train: bool, mode, device: str) -> None:

@@ -109,7 +109,7 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     import torch
 
     from batchscope.bench import envinfo, measure, models, runner, seeding
-    from batchscope.bench.flops import flops_per_sample
+    from batchscope.bench.flops import count_flops
     from batchscope.bench.load import ForeignLoad
 
     env = envinfo.runtime(spec.device)  # before threads and seeds are set: the environment as given
@@ -130,7 +130,7 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     # a torchvision model on the meta device (no memory; torchvision has loaded what that
     # needs), the small CNN on a CPU copy (milliseconds, and no torch._dynamo to import)
     on = "meta" if models.needs_torchvision(spec.model) else "cpu"
-    flops = flops_per_sample(build, shape, train=spec.mode == "train", device=on)
+    flops = count_flops(build, shape, train=spec.mode == "train", device=on)
     print(
         f"batchscope bench: {spec.mode} {spec.model} on {spec.dataset.name},"
         f" batch_size={spec.batch_size} accumulation_steps={spec.accumulation_steps}"
@@ -152,16 +152,22 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     return 0
 
 
-def _result(spec: RunSpec, outcome: dict, flops: float, context: dict, threads: int) -> dict:
+def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) -> dict:
     """One run's result: the grid point, what the loop measured and the settings it ran with
     (the result format: docs/results.md)."""
     from batchscope.bench import measure
 
     env, device, work = context["env"], context["device"], context["work"]
     precision = spec.compute.precision
-    peak = spec.measure.peak_tflops or measure.peak_tflops(env["device_name"], precision)
-    achieved = flops * outcome["samples_per_s"] / 1e12 if outcome["samples_per_s"] else None
+    achieved = (
+        flops.per_sample * outcome["samples_per_s"] / 1e12 if outcome["samples_per_s"] else None
+    )
     cuda = device.type == "cuda"
+    math_mode = peak = None
+    if cuda:  # the modes torch's flags give now, as they were during the run
+        modes = measure.math_modes(precision, env["device_capability"])
+        math_mode, peak = measure.compute_peak(env["device_name"], modes, flops.conv_share)
+        peak = spec.measure.peak_tflops or peak
     return {
         "schema_version": results.SCHEMA_VERSION,
         "mode": spec.mode,
@@ -175,10 +181,11 @@ def _result(spec: RunSpec, outcome: dict, flops: float, context: dict, threads: 
         "device": str(device),
         "device_name": env["device_name"],
         **outcome,
-        "flops_per_sample": flops,
+        "flops_per_sample": flops.per_sample,
         "achieved_tflops": achieved,
-        "peak_tflops": peak if cuda else None,
-        "mfu": achieved / peak if achieved and peak and cuda else None,
+        "math_mode": math_mode,
+        "peak_tflops": peak,
+        "mfu": achieved / peak if achieved and peak else None,
         "precision": precision,
         "channels_last": spec.compute.channels_last,
         "compile": spec.compute.compile,

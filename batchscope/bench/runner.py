@@ -202,12 +202,13 @@ def run(
         training = _Training(model, runnable, spec, device, loader, val_data)
     step_fn = training.step_fn if training else infer_step(runnable, spec, device)
     log = StepLog()
+    host = measure.HostMemory().start()  # before the budget, which would count its thread
     if spec.cpu_memory_budget_mb is not None and device.type == "cpu":
         measure.limit_cpu_memory(spec.cpu_memory_budget_mb)
     measure.reset_peak_memory(device)
     hook = training.hook if training else None
     stop = hook.reached if hook is not None and spec.train.stop_at_target else None
-    with measure.GpuUtilisation(device) as utilisation:
+    with measure.GpuUtilisation(device) as utilisation, host:
         result = measured_loop(
             loader,
             step_fn,
@@ -219,7 +220,8 @@ def run(
             should_stop=stop,
         )
     result["gpu_util_pct_mean"] = utilisation.mean_pct
-    result.update(measure.peak_memory(device, result.pop("workers_pss_mb")))
+    result.pop("workers_pss_mb", None)  # the loop's one reading at its end: host has the peak
+    result.update(measure.peak_memory(device, host))
     result["compile_s"] = result["first_step_s"] if spec.compute.compile else None
     result.update(lr=None, base_lr=None, lr_scaling=None, lr_warmup_steps=None)
     result["accumulation_steps"] = spec.accumulation_steps
