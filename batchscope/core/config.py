@@ -8,6 +8,7 @@ contract; :func:`check` adds the few rules a schema cannot say.
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,13 @@ def key_path(path) -> str:
 
 
 def _message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "anyOf" and isinstance(error.instance, str):
+        # a name that is none of the forms (models: a listed name, timm:<name>, a mapping)
+        allowed = [v for e in error.context if e.validator == "enum" for v in e.validator_value]
+        close = difflib.get_close_matches(error.instance, allowed, n=3, cutoff=0.6)
+        if allowed:
+            hint = f"did you mean {', '.join(close)}?" if close else "see config/README.md"
+            return f"{error.instance!r} is not allowed ({hint})"
     if error.validator == "enum" and len(error.validator_value) > 6:
         shown = ", ".join(map(str, error.validator_value[:6]))
         more = len(error.validator_value) - 6
