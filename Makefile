@@ -13,7 +13,7 @@ export PATH := $(BIN):$(PATH)
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25"
-	$(BIN)/python -m pip install --quiet -e ".[dev,slurm]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,slurm,models]"
 	touch $@
 
 run: $(VENV)/.installed

@@ -24,6 +24,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/env.smk"
 include: "workflow/rules/bench.smk"

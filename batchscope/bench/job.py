@@ -44,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"batchscope bench: error: {exc}", file=sys.stderr)
         return 1
-    import_what_the_run_needs(spec)
+    from batchscope.bench.models import ModelError
+
+    try:
+        import_what_the_run_needs(spec)
+    except ModelError as exc:  # the model's library is not installed
+        print(f"batchscope bench: error: {exc}", file=sys.stderr)
+        return 1
     from batchscope.bench.data import DatasetError
     from batchscope.bench.loop import NothingToMeasure
     from batchscope.bench.measure import DeviceError
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"batchscope bench: error: {exc}", file=sys.stderr)
         return 1
-    except (DeviceError, DatasetError) as exc:  # bad input: one line
+    except (DeviceError, DatasetError, ModelError) as exc:  # bad input: one line
         print(f"batchscope bench: error: {exc}", file=sys.stderr)
         return 1
 
@@ -76,8 +82,7 @@ def import_what_the_run_needs(spec: RunSpec) -> None:
 
     if data.needs_torchvision(spec.dataset.name):
         import batchscope.bench.images  # noqa: F401
-    if models.needs_torchvision(spec.model):
-        import torchvision.models  # noqa: F401
+    models.import_for(spec.model_entry)
     if spec.mode == "train" or spec.compute.compile:
         import torch._dynamo  # noqa: F401
 
@@ -91,7 +96,7 @@ def _open_data(spec: RunSpec):
     dataset = spec.dataset
     synthetic = dataclasses.asdict(dataset.synthetic) if dataset.synthetic else None
     native = data.native_channels(dataset.name, synthetic)
-    channels = models.input_channels(spec.model, native)
+    channels = models.entry_input_channels(spec.model_entry, native)
     kwargs = {"channels": channels, "image_size": dataset.image_size, "synthetic": synthetic}
     if dataset.val_fraction is not None:
         kwargs["val_fraction"] = dataset.val_fraction
@@ -108,8 +113,7 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
 
     import torch
 
-    from batchscope.bench import envinfo, measure, models, runner, seeding
-    from batchscope.bench.flops import count_flops
+    from batchscope.bench import envinfo, measure, model_check, models, runner, seeding
     from batchscope.bench.load import ForeignLoad
 
     env = envinfo.runtime(spec.device)  # before threads and seeds are set: the environment as given
@@ -123,14 +127,12 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     work, val, channels = _open_data(spec)
 
     def build():
-        return models.build_model(spec.model, num_classes=work.num_classes, in_channels=channels)
+        return models.build(spec.model_entry, num_classes=work.num_classes, in_channels=channels)
 
     model = build()
+    models.load_weights(model, spec.model_entry)
     shape = tuple(work.dataset[0][0].shape)
-    # a torchvision model on the meta device (no memory; torchvision has loaded what that
-    # needs), the small CNN on a CPU copy (milliseconds, and no torch._dynamo to import)
-    on = "meta" if models.needs_torchvision(spec.model) else "cpu"
-    flops = count_flops(build, shape, train=spec.mode == "train", device=on)
+    flops = model_check.count_flops(spec.model_entry, build, shape, train=spec.mode == "train")
     print(
         f"batchscope bench: {spec.mode} {spec.model} on {spec.dataset.name},"
         f" batch_size={spec.batch_size} accumulation_steps={spec.accumulation_steps}"
@@ -143,6 +145,7 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     outcome.update(foreign.fields())
     context = {"env": env, "device": device, "seeds": seeds, "work": work, "channels": channels}
     result = _result(spec, outcome, flops, context, torch.get_num_threads())
+    result.update(models.result_fields(spec.model_entry, model))
     result["started_at"] = started_at
     result["wall_s"] = time.perf_counter() - started
     results.write_csv(args.steps, steps, results.STEP_COLUMNS)

@@ -1,14 +1,28 @@
-"""Models: a small built-in CNN, or any torchvision classification model by name.
+"""Models: a small built-in CNN, a torchvision or timm model by name, the user's own factory, or
+a Hugging Face transformer (the config's ``models`` entries, :mod:`batchscope.core.models`).
 
-torchvision is imported only to list or build one of its models: the small CNN needs torch alone.
+torchvision, timm and transformers are imported only to build one of their models: the small
+CNN needs torch alone. Nothing is downloaded: weights come only from local files. Every mistake
+in an entry is a :class:`ModelError`, one line naming the entry.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
 import torch
 from torch import nn
 
-SMALL_CNN = "small_cnn"
+from batchscope.core.models import SMALL_CNN, ModelSpec
+
+
+class ModelError(ValueError):
+    """A model entry that cannot be built, loaded or fed; one line naming the entry."""
 
 
 class SmallCNN(nn.Module):
@@ -77,3 +91,213 @@ def logits_of(output) -> torch.Tensor:
         return output
     logits = getattr(output, "logits", None)
     return logits if logits is not None else output[0]
+
+
+# --------------------------------------------------------------------------- model entries
+
+
+def _error(entry: ModelSpec, message: str) -> ModelError:
+    return ModelError(f"model entry {entry.name}: {' '.join(str(message).split())}")
+
+
+def import_for(entry: ModelSpec) -> None:
+    """Import the library that builds ``entry`` (before a job's clock starts)."""
+    if entry.source == "torchvision":
+        import torchvision.models  # noqa: F401
+    elif entry.source == "timm":
+        _optional(entry, "timm")
+    elif entry.source == "hf":
+        _optional(entry, "transformers")
+
+
+def _optional(entry: ModelSpec, package: str):
+    """An optional dependency (the `models` extra), or a one-line error saying how to get it."""
+    if package == "transformers":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise _error(
+            entry, f"{package} is not installed: pip install 'batchscope[models]'"
+        ) from None
+
+
+def entry_input_channels(entry: ModelSpec, dataset_channels: int) -> int:
+    """Channels the model is fed: torchvision models take RGB (1-channel data is repeated to
+    3), every other model the data as it is (timm models are built for its channels)."""
+    return 3 if entry.source == "torchvision" else dataset_channels
+
+
+def counts_flops_on_cpu(entry: ModelSpec) -> bool:
+    """Whether FLOPs are counted on a CPU copy (the small CNN: milliseconds, no imports) rather
+    than on the meta device (no memory, whatever the model's size)."""
+    return entry.source == "builtin"
+
+
+def build(entry: ModelSpec, *, num_classes: int, in_channels: int) -> nn.Module:
+    """Build an entry's model, untrained (its weights are loaded by :func:`load_weights`)."""
+    if entry.source == "builtin":
+        return SmallCNN(in_channels=in_channels, num_classes=num_classes, **entry.kwargs)
+    if entry.source == "torchvision":
+        if entry.kwargs:
+            import torchvision
+
+            kwargs = {"num_classes": num_classes, **entry.kwargs}
+            return _call(entry, torchvision.models.get_model, entry.id, weights=None, **kwargs)
+        return build_model(entry.id, num_classes=num_classes, in_channels=in_channels)
+    if entry.source == "timm":
+        return _timm(entry, num_classes, in_channels)
+    if entry.source == "factory":
+        return _checked_module(entry, _call(entry, _factory_function(entry), **entry.kwargs))
+    if entry.source == "hf":
+        return _hf(entry, num_classes)
+    raise _error(entry, f"unknown source {entry.source!r}")
+
+
+def _call(entry: ModelSpec, function, *args, **kwargs):
+    try:
+        return function(*args, **kwargs)
+    except Exception as exc:
+        raise _error(entry, f"building it raised {type(exc).__name__}: {exc}") from exc
+
+
+def _checked_module(entry: ModelSpec, model: Any) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise _error(entry, f"the factory returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _factory_function(entry: ModelSpec):
+    """The function of ``file.py:function`` (the file's folder importable beside it) or of
+    ``package.module:function`` (importable from the working directory or installed)."""
+    where, _, function = entry.id.rpartition(":")
+    if where.endswith(".py") or os.sep in where:
+        if not os.path.isfile(where):
+            raise _error(entry, f"factory file {where} not found")
+        folder = os.path.dirname(where)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        spec = importlib.util.spec_from_file_location(f"batchscope_factory_{entry.name}", where)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise _error(entry, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+    else:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            raise _error(entry, f"factory module {where!r} not found ({exc})") from exc
+        except Exception as exc:
+            raise _error(entry, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+    found = getattr(module, function, None)
+    if not callable(found):
+        names = [n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n])]
+        close = difflib.get_close_matches(function, names, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise _error(entry, f"{where} has no function {function!r}{hint}")
+    return found
+
+
+def _timm(entry: ModelSpec, num_classes: int, in_channels: int) -> nn.Module:
+    timm = _optional(entry, "timm")
+    if not timm.is_model(entry.id):
+        close = difflib.get_close_matches(entry.id, timm.list_models(), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise _error(entry, f"unknown timm model {entry.id!r}{hint}")
+    kwargs = {"num_classes": num_classes, "in_chans": in_channels, **entry.kwargs}
+    return _call(entry, timm.create_model, entry.id, pretrained=False, **kwargs)
+
+
+def _hf(entry: ModelSpec, num_classes: int) -> nn.Module:
+    transformers = _optional(entry, "transformers")
+    folder = os.path.isdir(entry.id)
+    try:
+        if folder:
+            config = transformers.AutoConfig.from_pretrained(
+                entry.id, local_files_only=True, **entry.kwargs
+            )
+        else:
+            config = transformers.AutoConfig.for_model(entry.id, **entry.kwargs)
+    except (ValueError, OSError) as exc:
+        known = list(transformers.CONFIG_MAPPING.keys())
+        close = difflib.get_close_matches(entry.id, known, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close and not folder else ""
+        raise _error(entry, f"no Hugging Face config for {entry.id!r}{hint}: {exc}") from exc
+    if entry.task == "sequence_classification":
+        config.num_labels = num_classes
+        auto = transformers.AutoModelForSequenceClassification
+    else:
+        auto = transformers.AutoModelForCausalLM
+    has_weights = folder and any(
+        os.path.exists(os.path.join(entry.id, name))
+        for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+    )
+    if has_weights:
+        return _call(entry, auto.from_pretrained, entry.id, config=config, local_files_only=True)
+    return _call(entry, auto.from_config, config)
+
+
+def load_weights(model: nn.Module, entry: ModelSpec) -> None:
+    """Load the entry's weights file, strictly: a state_dict, or a checkpoint holding one under
+    ``state_dict`` or ``model``. A mismatch names the missing and unexpected keys."""
+    if not entry.weights:
+        return
+    try:
+        loaded = torch.load(entry.weights, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise _error(entry, f"cannot read weights {entry.weights}: {exc}") from exc
+    state = state_dict_of(loaded)
+    if state is None:
+        raise _error(
+            entry,
+            f"weights {entry.weights} hold no state_dict (a mapping of tensors, or a checkpoint"
+            " with one under 'state_dict' or 'model')",
+        )
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in state and isinstance(state[k], torch.Tensor) and state[k].shape != v.shape
+    ]
+    if missing or unexpected or shapes:
+        parts = []
+        for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape", shapes)):
+            if keys:
+                more = f", ... {len(keys) - 5} more" if len(keys) > 5 else ""
+                parts.append(f"{what}: {', '.join(keys[:5])}{more}")
+        raise _error(entry, f"weights {entry.weights} do not match the model ({'; '.join(parts)})")
+    model.load_state_dict(state, strict=True)
+
+
+def state_dict_of(loaded: Any) -> dict | None:
+    """The state_dict in what ``torch.load`` returned, or None."""
+    if isinstance(loaded, dict):
+        for key in ("state_dict", "model"):
+            if isinstance(loaded.get(key), dict):
+                loaded = loaded[key]
+                break
+        if loaded and all(isinstance(v, torch.Tensor) for v in loaded.values()):
+            return loaded
+    return None
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def result_fields(entry: ModelSpec, model: nn.Module) -> dict[str, Any]:
+    """What a result records of the model (the result format: docs/results.md)."""
+    import json
+
+    return {
+        "model_source": entry.source,
+        "model_id": entry.id,
+        "model_kwargs": json.dumps(entry.kwargs, sort_keys=True),
+        "weights_sha256": entry.weights_sha256,
+        "num_parameters": parameter_count(model),
+    }

@@ -11,6 +11,7 @@ before its first job.
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ import jsonschema
 import yaml
 from jsonschema.exceptions import best_match
 
-from batchscope.core import datasets, models
+from batchscope.core import datasets, model_inputs
 
 #: The contract: the config's JSON Schema, with every key's default (in this checkout).
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -39,6 +40,13 @@ def key_path(path) -> str:
 
 
 def _message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "anyOf" and isinstance(error.instance, str):
+        # a name that is none of the forms (models: a listed name, timm:<name>, a mapping)
+        allowed = [v for e in error.context if e.validator == "enum" for v in e.validator_value]
+        close = difflib.get_close_matches(error.instance, allowed, n=3, cutoff=0.6)
+        if allowed:
+            hint = f"did you mean {', '.join(close)}?" if close else "see config/README.md"
+            return f"{error.instance!r} is not allowed ({hint})"
     if error.validator == "enum" and len(error.validator_value) > 6:
         shown = ", ".join(map(str, error.validator_value[:6]))
         more = len(error.validator_value) - 6
@@ -163,8 +171,13 @@ def _check_against_data(config: Mapping[str, Any]) -> None:
             _check_steps(config, mode, sizes)
     native = datasets.SHAPES.get(name, {}).get("image_size", datasets.SYNTHETIC_DEFAULT_SIZE)
     size = dataset["image_size"] or native
-    for model in config["models"]:
-        problem = models.input_size_problem(model, size)
+    for entry in config["models"]:
+        # a plain name, or a mapping's `model:` (say, a checkpoint of a torchvision model);
+        # timm, factory and hf models are checked by their model-check job
+        model = entry.get("model") if isinstance(entry, Mapping) else entry
+        if not isinstance(model, str) or model.startswith("timm:"):
+            continue
+        problem = model_inputs.input_size_problem(model, size)
         if problem:
             given = "" if dataset["image_size"] else f" ({name}'s own size)"
             raise ConfigError(

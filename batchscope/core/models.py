@@ -1,41 +1,263 @@
-"""The model catalogue: the input sizes each model accepts, known before any job runs.
+"""The config's ``models`` entries: what each one names, and the :class:`ModelSpec` a run carries.
 
-No torch: the config check reads it, so that a sweep feeding ``inception_v3`` 64 px images stops
-with one line before its first job instead of a shape error inside one.
-(``batchscope.bench.models`` builds the models; a test there holds this table to torchvision.)
+No torch: the workflow reads every entry before any job starts, so that a path that does not
+exist or a name used twice is one line naming the entry; building the model is the benchmark
+floor's (``batchscope.bench.models``). An entry is one of
+
+- a plain name: ``small_cnn`` or a torchvision classification model (``resnet18``);
+- ``timm:<name>``: a timm model, built with ``pretrained=False`` (named ``timm_<name>``);
+- a mapping with a ``name`` and one source: ``model`` (a plain name), ``timm``, ``factory``
+  (``file.py:function`` or ``package.module:function``, returning an ``nn.Module``) or ``hf``
+  (a transformers model type, or a local folder with ``config.json``), plus ``kwargs``,
+  ``weights`` (a local state_dict or checkpoint), and for ``hf`` its ``task`` and ``config``.
+
+Relative paths are looked up in the config file's folder, then the working directory. Nothing
+here reads more of a file than its bytes for a hash: the weights' sha256 (and the factory
+file's) are in the spec, so a changed checkpoint or model file reruns the jobs it feeds.
 """
 
 from __future__ import annotations
 
-#: Smallest square input side (px) a model's layers can take; a model not listed takes any size
-#: the schema allows. (Where torchvision states a ``min_size`` for a model's weights it is the
-#: same, except Swin's, which is that of the weights' training, not of the layers.)
-MIN_IMAGE_SIZE = {
-    "alexnet": 63,
-    "googlenet": 15,
-    "inception_v3": 75,
-    "squeezenet1_0": 21,
-    "squeezenet1_1": 17,
-    **{f"convnext_{size}": 32 for size in ("tiny", "small", "base", "large")},
-    **{f"densenet{depth}": 29 for depth in (121, 161, 169, 201)},
-    **{f"vgg{depth}{bn}": 32 for depth in (11, 13, 16, 19) for bn in ("", "_bn")},
-    **{f"swin_{v}{size}": 4 for v in ("", "v2_") for size in ("t", "s", "b")},
-}
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-#: Models built for one input side only (their position embeddings or attention windows are
-#: fixed at construction).
-EXACT_IMAGE_SIZE = {
-    "maxvit_t": 224,
-    **{f"vit_{name}": 224 for name in ("b_16", "b_32", "l_16", "l_32", "h_14")},
-}
+SMALL_CNN = "small_cnn"
+
+#: Where a model comes from (``model_source`` in a result).
+SOURCES = ("builtin", "torchvision", "timm", "factory", "hf")
+
+#: What a Hugging Face model is built for.
+HF_TASKS = ("causal_lm", "sequence_classification")
+
+#: A model's name, as paths, plots and tables use it.
+NAME = re.compile(r"[A-Za-z0-9_]+")
+
+#: The keys of a mapping entry that say where the model comes from (one of them).
+SOURCE_KEYS = {"model": None, "timm": "timm", "factory": "factory", "hf": "hf"}
 
 
-def input_size_problem(model: str, image_size: int) -> str | None:
-    """Why ``model`` cannot take ``image_size`` px square images, in a few words; None if it can."""
-    exact = EXACT_IMAGE_SIZE.get(model)
-    if exact is not None and image_size != exact:
-        return f"{model} takes images of exactly {exact} px, not {image_size}"
-    least = MIN_IMAGE_SIZE.get(model)
-    if least is not None and image_size < least:
-        return f"{model} needs images of at least {least} px, not {image_size}"
-    return None
+class ModelEntryError(ValueError):
+    """A ``models`` entry the workflow cannot run; the message is one line naming the entry."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the sweep, resolved: what a benchmark process builds, and how."""
+
+    #: the name in paths, plots and tables
+    name: str
+    #: one of :data:`SOURCES`
+    source: str
+    #: the built-in or torchvision name, the timm name, ``file.py:function`` (absolute file)
+    #: or ``package.module:function``, the Hugging Face model type or local folder (absolute)
+    id: str
+    #: keyword arguments for the builder; for ``hf``, the overrides of the model's config
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: a local state_dict or checkpoint to load (absolute path), or None
+    weights: str | None = None
+    weights_sha256: str | None = None
+    #: the factory's file (``file.py:function`` form), hashed so that an edit reruns its jobs
+    file_sha256: str | None = None
+    #: ``hf`` only: one of :data:`HF_TASKS`
+    task: str | None = None
+
+
+def derived_name(text: str) -> str:
+    """The name of a short form: ``timm:convnext_atto`` -> ``timm_convnext_atto``."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def name_of(entry: Any, index: int = 0) -> str:
+    """The name an entry gives its model (no file is read)."""
+    if isinstance(entry, str):
+        return derived_name(entry)
+    if isinstance(entry, Mapping):
+        if entry.get("name"):
+            return str(entry["name"])
+        if entry.get("model"):
+            return derived_name(str(entry["model"]))
+        if entry.get("timm"):
+            return derived_name(f"timm:{entry['timm']}")
+    return f"models[{index}]"
+
+
+def names(entries: Iterable[Any]) -> list[str]:
+    return [name_of(entry, i) for i, entry in enumerate(entries)]
+
+
+def parse_all(entries: Sequence[Any], base_dirs: Sequence[str] | None = None) -> list[ModelSpec]:
+    """Every entry resolved (paths found, files hashed), names unique."""
+    specs = [parse(entry, i, base_dirs) for i, entry in enumerate(entries)]
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        if spec.name in seen:
+            raise ModelEntryError(
+                f"model entry {spec.name}: the name of models[{seen[spec.name]}] too;"
+                " give each entry its own `name`"
+            )
+        seen[spec.name] = i
+    return specs
+
+
+def find(entries: Sequence[Any], name: str, base_dirs: Sequence[str] | None = None) -> ModelSpec:
+    """The resolved entry called ``name``; a plain name no entry has stands for itself."""
+    for i, entry in enumerate(entries):
+        if name_of(entry, i) == name:
+            return parse(entry, i, base_dirs)
+    return parse(name)
+
+
+def parse(entry: Any, index: int = 0, base_dirs: Sequence[str] | None = None) -> ModelSpec:
+    """One entry as a :class:`ModelSpec`; :class:`ModelEntryError` names the entry."""
+    label = name_of(entry, index)
+    dirs = list(base_dirs) if base_dirs else [os.getcwd()]
+    if isinstance(entry, str):
+        if entry.startswith("timm:"):
+            return ModelSpec(name=label, source="timm", id=entry.removeprefix("timm:"))
+        return ModelSpec(name=label, source=_plain_source(entry), id=entry)
+    if not isinstance(entry, Mapping):
+        raise ModelEntryError(f"model entry {label}: a name or a mapping, not {entry!r}")
+    given = [key for key in SOURCE_KEYS if entry.get(key)]
+    if len(given) != 1:
+        raise ModelEntryError(
+            f"model entry {label}: give exactly one of model, timm, factory, hf"
+            + (f" (has {', '.join(given)})" if given else "")
+        )
+    key = given[0]
+    if key in ("factory", "hf") and not entry.get("name"):
+        raise ModelEntryError(f"model entry {label}: a {key} entry needs a `name`")
+    if not NAME.fullmatch(label):
+        raise ModelEntryError(f"model entry {label}: a name is letters, digits and _ only")
+    if key == "hf":
+        if entry.get("task") not in HF_TASKS:
+            raise ModelEntryError(
+                f"model entry {label}: `task` is one of {', '.join(HF_TASKS)}"
+                f" (got {entry.get('task')!r})"
+            )
+        if entry.get("kwargs"):
+            raise ModelEntryError(f"model entry {label}: an hf entry takes `config`, not `kwargs`")
+    else:
+        for only_hf in ("task", "config"):
+            if only_hf in entry:
+                raise ModelEntryError(f"model entry {label}: `{only_hf}` is for hf entries only")
+    source = SOURCE_KEYS[key] or _plain_source(str(entry[key]))
+    model_id, file_sha = str(entry[key]), None
+    if key == "factory":
+        model_id, file_sha = _factory(label, model_id, dirs)
+    elif key == "hf" and _looks_like_path(model_id):
+        model_id = _existing(label, "hf folder", model_id, dirs)
+    kwargs = dict(entry.get("config" if key == "hf" else "kwargs") or {})
+    weights = entry.get("weights")
+    if weights:
+        weights = _existing(label, "weights file", str(weights), dirs)
+        if not os.path.isfile(weights):
+            raise ModelEntryError(f"model entry {label}: weights {weights!r} is not a file")
+    return ModelSpec(
+        name=label,
+        source=source,
+        id=model_id,
+        kwargs=kwargs,
+        weights=weights or None,
+        weights_sha256=sha256_of(weights) if weights else None,
+        file_sha256=file_sha,
+        task=entry.get("task"),
+    )
+
+
+def _plain_source(name: str) -> str:
+    return "builtin" if name == SMALL_CNN else "torchvision"
+
+
+def _looks_like_path(text: str) -> bool:
+    return "/" in text or text.startswith(".") or text.endswith(".py")
+
+
+def _factory(label: str, text: str, dirs: Sequence[str]) -> tuple[str, str | None]:
+    """``file.py:function`` with the file found (absolute) and hashed, or
+    ``package.module:function`` as it is (imported by the job)."""
+    where, sep, function = text.rpartition(":")
+    if not sep or not where or not function.isidentifier():
+        raise ModelEntryError(
+            f"model entry {label}: factory {text!r} is not file.py:function"
+            " or package.module:function"
+        )
+    if not _looks_like_path(where):
+        return text, None
+    path = _existing(label, "factory file", where, dirs)
+    return f"{path}:{function}", sha256_of(path)
+
+
+def _existing(label: str, what: str, path: str, dirs: Sequence[str]) -> str:
+    """``path`` (absolute, or relative to the first of ``dirs`` that has it), absolute."""
+    path = os.path.expanduser(path)
+    candidates = [path] if os.path.isabs(path) else [os.path.join(d, path) for d in dirs]
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    looked = ", ".join(dict.fromkeys(os.path.dirname(os.path.abspath(c)) for c in candidates))
+    raise ModelEntryError(f"model entry {label}: {what} {path!r} not found (looked in {looked})")
+
+
+_HASHES: dict[tuple[str, int, int], str] = {}
+
+
+def sha256_of(path: str) -> str:
+    """The file's sha256, remembered per size and modification time (the workflow builds one
+    spec per job from the same entries)."""
+    stat = os.stat(path)
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHES:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        _HASHES[key] = digest.hexdigest()
+    return _HASHES[key]
+
+
+def as_entry(spec: ModelSpec) -> dict[str, Any]:
+    """The mapping entry that :func:`parse` turns back into ``spec`` (paths absolute)."""
+    key = {"builtin": "model", "torchvision": "model"}.get(spec.source, spec.source)
+    entry: dict[str, Any] = {"name": spec.name, key: spec.id}
+    if spec.kwargs:
+        entry["config" if spec.source == "hf" else "kwargs"] = dict(spec.kwargs)
+    if spec.weights:
+        entry["weights"] = spec.weights
+    if spec.task:
+        entry["task"] = spec.task
+    return entry
+
+
+def check_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """What the model check of ``name`` reads (``python -m batchscope.bench.model_check``): the
+    resolved entry, and the shape of one sample of the sweep's data (the data's own channels;
+    the check feeds the model what a benchmark job would)."""
+    import dataclasses
+
+    from batchscope.core import spec
+
+    dataset = spec.dataset_spec(config)
+    shape = dataset.synthetic or spec.synthetic_twin(config, "infer").synthetic
+    return {
+        "model": dataclasses.asdict(find(config["models"], name)),
+        "input": {
+            "dataset": dataset.name,
+            "channels": shape.channels,
+            "image_size": shape.image_size,
+            "num_classes": shape.num_classes,
+            # imagefolder's classes are its subfolders, not known before a job opens it
+            "classes_known": dataset.name != "imagefolder",
+        },
+        "train": "train" in config["modes"],
+    }
+
+
+def check_spec_text(config: Mapping[str, Any], name: str) -> str:
+    """:func:`check_spec` as the canonical JSON the check job reads."""
+    import json
+
+    return json.dumps(check_spec(config, name), sort_keys=True, indent=2) + "\n"

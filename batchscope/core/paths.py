@@ -21,6 +21,8 @@ ROUND = "results/rounds/round{round}.json"
 CEILING = "results/ceiling/{mode}/{model}/bs{batch_size}"
 #: The largest-batch search of one mode × model (``batch_sizes: auto``).
 MAXBATCH = "results/maxbatch/{mode}/{model}.json"
+#: The model check of one model (``models``), which every benchmark job waits for.
+MODEL_CHECK = "results/models/{model}.json"
 #: A prepared dataset.
 DATASET_DIR = "resources/datasets/{dataset}"
 #: The run spec each job reads, laid out as the results are.

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from batchscope.core import datasets, paths
+from batchscope.core import datasets, models, paths
+from batchscope.core.models import ModelSpec
 
 #: What a job measures: a grid point, the compute-only ceiling of one, or one trial of the
 #: largest-batch search.
@@ -111,7 +112,9 @@ class TrainSpec:
 class RunSpec:
     kind: str
     mode: str
+    #: the model's name (paths, tables); ``model_entry`` says what it is and how to build it
     model: str
+    model_entry: ModelSpec
     batch_size: int
     accumulation_steps: int
     num_workers: int
@@ -298,6 +301,7 @@ def build(
         kind=kind,
         mode=mode,
         model=model,
+        model_entry=models.find(config["models"], model),
         batch_size=int(batch_size),
         accumulation_steps=int(accumulation_steps),
         num_workers=int(num_workers),

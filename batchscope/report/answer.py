@@ -70,9 +70,11 @@ def answers(
     summary = with_grid_defaults(summary)
     ok = summary[summary["status"] == "ok"]
     ok = ok[pd.to_numeric(ok["samples_per_s"]) > 0].reset_index(drop=True)
-    loaded = ok.get("foreign_cpu_frac", pd.Series(None, index=ok.index, dtype=float)).map(
-        lambda frac: verdict.under_foreign_load(frac, foreign_cpu_limit)
-    ).astype(bool)
+    loaded = (
+        ok.get("foreign_cpu_frac", pd.Series(None, index=ok.index, dtype=float))
+        .map(lambda frac: verdict.under_foreign_load(frac, foreign_cpu_limit))
+        .astype(bool)
+    )
     rows = _point_rows(with_grid_defaults(by_point))
     out = []
     for group, runs in ok.groupby(GROUP_KEYS, sort=True):

@@ -202,6 +202,7 @@ def test_a_small_cnn_job_on_synthetic_data_imports_only_what_it_needs(tmp_path, 
     result, modules = bench_modules(tmp_path, mode, spec)
     assert result["status"] == "ok" and result["flops_per_sample"] > 0
     assert not loaded(modules, "torchvision")  # no torchvision dataset or model
+    assert not loaded(modules, "timm") and not loaded(modules, "transformers")  # optional
     assert not loaded(modules, "PIL")
     for plotting in ("matplotlib", "seaborn", "pandas"):
         assert not loaded(modules, plotting)

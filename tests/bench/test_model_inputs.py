@@ -1,4 +1,4 @@
-"""The torch-free table of model input sizes (batchscope.core.models), held to torchvision:
+"""The torch-free table of model input sizes (batchscope.core.model_inputs), held to torchvision:
 each listed limit is where the model's forward pass starts or stops working."""
 
 import warnings
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torchvision
 
-from batchscope.core import models
+from batchscope.core import model_inputs as models
 
 
 def _forward_works(model: torch.nn.Module, side: int) -> bool:

@@ -83,12 +83,14 @@ def test_dry_run_lists_exactly_one_job_per_grid_point(tmp_path):
         "run_spec": 2 * 1 * 3 * 2 * 2,  # each job's run spec, written by the workflow itself
         "ceiling": 2 * 1 * 3,  # one compute-only run per mode x model x batch size
         "ceiling_spec": 2 * 1 * 3,
+        "model_check": 1,  # one per model, before any benchmark job
+        "model_check_spec": 1,
         "capture_environment": 1,
         "download_dataset": 1,
         "plots": 1,
         "answer": 1,
         "recommend": 1,
-        "total": 2 * (2 * 3 * 2 * 2 + 2 * 3) + 7,
+        "total": 2 * (2 * 3 * 2 * 2 + 2 * 3) + 9,
     }
 
 
@@ -406,6 +408,7 @@ def _default_sweep_outputs() -> set[str]:
         | {f"results/{name}" for name in (*tables, *documents)}
         | {"results/rounds/round1.json", "results/rounds/round2.json"}
         | {"resources/datasets/fashion_mnist"}
+        | {"results/models/small_cnn.json"}
     )
 
 
@@ -418,4 +421,6 @@ def test_the_default_sweep_makes_the_files_it_always_made_plus_one_spec_per_job(
     assert files - specs == _default_sweep_outputs()
     # one spec per benchmark and ceiling job, laid out as their results are
     jobs = {f.removeprefix("results/").removesuffix(".json") for f in files if f.endswith(".json")}
-    assert specs == {f"specs/{job}.json" for job in jobs if job.startswith(("runs/", "ceiling/"))}
+    assert specs == {
+        f"specs/{job}.json" for job in jobs if job.startswith(("runs/", "ceiling/", "models/"))
+    }

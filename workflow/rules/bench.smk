@@ -9,6 +9,8 @@ rule bench:
         spec=paths.spec_of(RUN),
         # ancient: re-verifying the dataset must not re-run finished benchmarks
         data=ancient(dataset_dir()),
+        # no benchmark starts before every model has been built and run once
+        models=MODEL_CHECKS,
         # round r waits for the decision after round r - 1 (which points go on)
         barrier=round_barrier,
     output:
@@ -33,6 +35,7 @@ rule bench:
 rule ceiling:
     input:
         spec=paths.spec_of(CEILING),
+        models=MODEL_CHECKS,
     output:
         result=f"{CEILING}.json",
         steps=f"{CEILING}.steps.csv",
@@ -56,6 +59,7 @@ checkpoint max_batch:
     input:
         spec=paths.spec_of(MAXBATCH),
         data=ancient(dataset_dir()),
+        models=MODEL_CHECKS,
     output:
         search=MAXBATCH,
         trials=directory("results/maxbatch/{mode}/{model}.trials"),

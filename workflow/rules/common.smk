@@ -112,7 +112,7 @@ def grid_points():
     return [
         (mode, model, int(b), int(a), int(w))
         for mode in config["modes"]
-        for model in config["models"]
+        for model in MODEL_NAMES
         for b in batch_sizes(mode, model)
         for a in accumulation_steps(mode)
         for w in config["num_workers"]
@@ -210,7 +210,7 @@ def ceiling_results(wildcards=None):
     return [
         f"{stem}.json"
         for mode in config["modes"]
-        for model in config["models"]
+        for model in MODEL_NAMES
         for stem in expand(
             CEILING, mode=mode, model=model, batch_size=batch_sizes(mode, model)
         )
@@ -244,7 +244,7 @@ def aggregate_steps(wildcards):
 def maxbatch_results(wildcards=None):
     if not AUTO:
         return []
-    return expand(MAXBATCH, mode=config["modes"], model=config["models"])
+    return expand(MAXBATCH, mode=config["modes"], model=MODEL_NAMES)
 
 
 def plot_files():

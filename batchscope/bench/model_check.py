@@ -1,0 +1,121 @@
+"""The model check: one job per model, before any benchmark job of it.
+
+    python -m batchscope.bench.model_check specs/models/m.json --output results/models/m.json
+
+Imports the model's library or factory, builds the model once, loads its weights, and runs one
+forward pass on one sample of the dataset's shape on the CPU; then writes what it found
+(parameters, FLOPs per sample, the input it was fed, its output, dtype). Any mistake in the
+model's entry is one line naming it, and exit status 1: the benchmark jobs, which depend on
+this file, never start. The spec (:func:`batchscope.core.models.check_spec`) is the model's
+entry and the input's shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from batchscope.core import results
+from batchscope.core.models import ModelSpec
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m batchscope.bench.model_check", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("spec", help="the check's spec (JSON: the model entry and the input)")
+    p.add_argument("--output", required=True, help="results/models/<name>.json")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with open(args.spec, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    from batchscope.bench.models import ModelError
+
+    try:
+        found = check(spec)
+    except ModelError as exc:
+        print(f"batchscope: {exc}", file=sys.stderr)
+        return 1
+    results.write_json(args.output, found)
+    print(f"batchscope model check: {json.dumps(found)}", file=sys.stderr)
+    return 0
+
+
+def check(spec: dict[str, Any]) -> dict[str, Any]:
+    """Build, load and run the model of ``spec`` once; what a reader of the sweep wants to know
+    of it. :class:`~batchscope.bench.models.ModelError` for every mistake."""
+    import torch
+
+    from batchscope.bench import models
+
+    entry = ModelSpec(**spec["model"])
+    data = spec["input"]
+    models.import_for(entry)
+    if entry.source == "hf":
+        raise models.ModelError(
+            f"model entry {entry.name}: a Hugging Face model reads token ids, and the sweep's"
+            f" dataset {data['dataset']} gives images (token datasets are not there yet)"
+        )
+    channels = models.entry_input_channels(entry, data["channels"])
+    shape = (channels, data["image_size"], data["image_size"])
+
+    def build():
+        return models.build(entry, num_classes=data["num_classes"], in_channels=channels)
+
+    model = build()
+    models.load_weights(model, entry)
+    model.eval()
+    try:
+        with torch.no_grad():
+            output = models.logits_of(model(torch.zeros(1, *shape)))
+    except Exception as exc:
+        raise models.ModelError(
+            f"model entry {entry.name}: a forward pass on one sample of shape {shape}"
+            f" ({data['dataset']}) raised {type(exc).__name__}: {' '.join(str(exc).split())}"
+        ) from exc
+    classes = data["num_classes"]
+    if spec["train"] and data["classes_known"] and (output.dim() != 2 or output.shape[1] < classes):
+        raise models.ModelError(
+            f"model entry {entry.name}: its output has shape {tuple(output.shape)} for one"
+            f" sample; training on {data['dataset']} needs (1, {classes}) logits, one per class"
+        )
+    try:
+        flops = count_flops(entry, build, shape, train=False).per_sample
+    except Exception:  # a figure for the reader only: the benchmark job counts its own
+        flops = None
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
+    return {
+        "name": entry.name,
+        **{k: v for k, v in models.result_fields(entry, model).items() if k != "model_kwargs"},
+        "model_kwargs": entry.kwargs,
+        "weights": entry.weights,
+        "flops_per_sample_infer": flops,
+        "input_shape": list(shape),
+        "input_dtype": "float32",
+        "dataset": data["dataset"],
+        "output_shape": list(output.shape),
+        "parameter_dtypes": dtypes,
+    }
+
+
+def count_flops(entry: ModelSpec, build, shape: tuple[int, ...], *, train: bool):
+    """FLOPs per sample and the convolutions' share (:func:`batchscope.bench.flops.count_flops`):
+    on the meta device, or for the small CNN on a CPU copy (milliseconds, and no torch._dynamo
+    to import); a model whose code cannot run on the meta device is counted on a CPU copy."""
+    from batchscope.bench import flops, models
+
+    if models.counts_flops_on_cpu(entry):
+        return flops.count_flops(build, shape, train=train, device="cpu")
+    try:
+        return flops.count_flops(build, shape, train=train, device="meta")
+    except Exception:  # noqa: BLE001 - any failure on meta: count on a CPU copy
+        return flops.count_flops(build, shape, train=train, device="cpu")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

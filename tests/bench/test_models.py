@@ -1,0 +1,68 @@
+"""Building the config's model entries: weights loaded strictly, timm and Hugging Face models
+built offline, every mistake one line naming the entry."""
+
+import pytest
+import torch
+
+from batchscope.bench import models
+from batchscope.bench.models import ModelError
+from batchscope.core.models import ModelSpec
+
+
+def test_a_checkpoint_holding_a_state_dict_under_model_is_loaded(tmp_path):
+    source = models.build(
+        ModelSpec(name="s", source="builtin", id="small_cnn"), num_classes=3, in_channels=1
+    )
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": source.state_dict(), "step": 10}, path)
+    entry = ModelSpec(name="s", source="builtin", id="small_cnn", weights=str(path))
+    model = models.build(entry, num_classes=3, in_channels=1)
+    models.load_weights(model, entry)
+    for key, value in source.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_weights_of_another_model_name_the_missing_and_unexpected_keys(tmp_path):
+    path = tmp_path / "other.pt"
+    torch.save({"state_dict": {"head.weight": torch.zeros(2, 2), "0.weight": torch.zeros(4)}}, path)
+    entry = ModelSpec(name="mine", source="builtin", id="small_cnn", weights=str(path))
+    model = models.build(entry, num_classes=3, in_channels=1)
+    with pytest.raises(ModelError) as info:
+        models.load_weights(model, entry)
+    message = str(info.value)
+    assert message.startswith("model entry mine: weights ") and "\n" not in message
+    assert "missing: features.0.weight, features.0.bias" in message
+    assert "unexpected: head.weight, 0.weight" in message
+
+
+def test_an_unknown_timm_name_offers_close_ones():
+    pytest.importorskip("timm")
+    entry = ModelSpec(name="t", source="timm", id="resnet1B")
+    with pytest.raises(ModelError, match=r"model entry t: unknown timm model 'resnet1B' \(did"):
+        models.build(entry, num_classes=3, in_channels=3)
+
+
+def test_a_timm_model_is_built_for_the_datas_channels_and_classes():
+    pytest.importorskip("timm")
+    entry = ModelSpec(name="t", source="timm", id="resnet10t")
+    channels = models.entry_input_channels(entry, 1)
+    model = models.build(entry, num_classes=5, in_channels=channels)
+    assert model(torch.zeros(2, 1, 32, 32)).shape == (2, 5)
+
+
+def test_a_hugging_face_config_builds_an_untrained_model_offline(monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    entry = ModelSpec(
+        name="g",
+        source="hf",
+        id="gpt2",
+        kwargs={"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 100},
+        task="causal_lm",
+    )
+    model = models.build(entry, num_classes=2, in_channels=1)
+    logits = models.logits_of(model(input_ids=torch.zeros(1, 5, dtype=torch.long)))
+    assert logits.shape == (1, 5, 100)
+    wrong = ModelSpec(name="g", source="hf", id="gtp2", task="causal_lm")
+    with pytest.raises(ModelError, match=r"model entry g: no Hugging Face config for 'gtp2'"):
+        models.build(wrong, num_classes=2, in_channels=1)

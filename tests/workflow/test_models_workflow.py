@@ -1,0 +1,165 @@
+"""End to end: a sweep mixing a torchvision name, a timm name and the user's own factory with
+kwargs and a checkpoint; and each mistake in a model entry stopped, in one line naming the
+entry, before any benchmark job."""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from tests.factories import ONE_ROUND
+from tests.workflow.test_workflow import job_counts, snakemake, write_config
+
+pytestmark = pytest.mark.e2e
+
+pytest.importorskip("timm")
+
+MYNET = """
+from torch import nn
+
+
+def build(width=8, in_ch=3, classes=4):
+    return nn.Sequential(
+        nn.Conv2d(in_ch, width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(width, classes),
+    )
+
+
+def not_a_module():
+    return [nn.Linear(2, 2)]
+"""
+
+MYNET_ENTRY = {
+    "name": "mynet",
+    "factory": "models/mynet.py:build",
+    "kwargs": {"width": 6},
+    "weights": "ckpt/mynet.pt",
+}
+
+SWEEP = {
+    "dataset": {
+        "name": "synthetic",
+        "channels": 3,
+        "image_size": 32,
+        "num_classes": 4,
+        "num_samples": 64,
+    },
+    "models": ["resnet18", "timm:convnext_atto", MYNET_ENTRY],
+    "modes": ["train", "infer"],
+    "batch_sizes": [8],
+    "num_workers": [0],
+    "seeds": [0],
+    "measure": {"warmup_steps": 1, **ONE_ROUND},
+    "train": {"max_steps": 3},
+    "infer": {"max_steps": 3},
+}
+
+
+def _user_files(workdir: Path, width: int = 6) -> Path:
+    """The user's model file, beside the config, and a checkpoint of it (under "state_dict")."""
+    (workdir / "models").mkdir(exist_ok=True)
+    (workdir / "models" / "mynet.py").write_text(MYNET)
+    (workdir / "ckpt").mkdir(exist_ok=True)
+    namespace: dict = {}
+    exec(MYNET, namespace)
+    torch.manual_seed(width)
+    weights = workdir / "ckpt" / "mynet.pt"
+    torch.save({"state_dict": namespace["build"](width=width).state_dict(), "epoch": 3}, weights)
+    return weights
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("models")
+    weights = _user_files(workdir)
+    config = write_config(workdir, **SWEEP)
+    done = snakemake(workdir, "--cores", "2", "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir, config, weights
+
+
+def test_a_mixed_sweep_runs_to_a_summary_recording_each_models_source(mixed_run):
+    workdir, _, weights = mixed_run
+    summary = pd.read_csv(workdir / "results" / "summary.csv").set_index(["model", "mode"])
+    names = ("resnet18", "timm_convnext_atto", "mynet")
+    assert set(summary.index) == {(n, m) for n in names for m in ("train", "infer")}
+    assert (summary["status"] == "ok").all() and (summary["samples_per_s"] > 0).all()
+    rows = summary.xs("infer", level="mode")
+    assert dict(rows["model_source"]) == {
+        "resnet18": "torchvision",
+        "timm_convnext_atto": "timm",
+        "mynet": "factory",
+    }
+    assert rows.loc["timm_convnext_atto", "model_id"] == "convnext_atto"
+    assert rows.loc["mynet", "model_id"] == f"{workdir / 'models' / 'mynet.py'}:build"
+    assert json.loads(rows.loc["mynet", "model_kwargs"]) == {"width": 6}
+    assert rows.loc["mynet", "weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert rows[["weights_sha256"]].drop("mynet").isna().all().all()
+    # width 6: conv 3*6*9 + 6, linear 6*4 + 4
+    assert rows.loc["mynet", "num_parameters"] == 3 * 6 * 9 + 6 + 6 * 4 + 4
+    assert (workdir / "results" / "recommendation.md").read_text()
+
+
+def test_each_model_was_checked_once_and_its_check_says_what_it_found(mixed_run):
+    workdir, _, _ = mixed_run
+    summary = pd.read_csv(workdir / "results" / "summary.csv")
+    for name in ("resnet18", "timm_convnext_atto", "mynet"):
+        check = json.loads((workdir / "results" / "models" / f"{name}.json").read_text())
+        assert check["name"] == name
+        assert check["input_shape"] == [3, 32, 32] and check["output_shape"] == [1, 4]
+        params = summary.loc[summary["model"] == name, "num_parameters"]
+        assert (params == check["num_parameters"]).all()
+        assert check["flops_per_sample_infer"] > 0
+
+
+def test_new_weights_rerun_only_that_models_jobs(mixed_run):
+    workdir, config, weights = mixed_run
+    original = weights.read_bytes()
+    try:
+        _user_files(workdir, width=6)  # same shapes, other values
+        torch.save({"model": torch.load(weights)["state_dict"]}, weights)
+        assert weights.read_bytes() != original
+        dry = snakemake(workdir, "-n", "--configfile", str(config))
+    finally:
+        weights.write_bytes(original)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    counts = job_counts(dry.stdout + dry.stderr)
+    assert counts["model_check"] == 1 and counts["model_check_spec"] == 1
+    assert counts["bench"] == 2 and counts["run_spec"] == 2
+    runs = [line for line in dry.stdout.splitlines() if "output: results/runs/" in line]
+    assert runs and all("/mynet/" in line for line in runs)
+
+
+MISTAKES = [
+    ("file missing", {"factory": "models/nonet.py:build"}, "factory file 'models/nonet.py' not"),
+    ("function missing", {"factory": "models/mynet.py:biuld"}, "no function 'biuld' (did you"),
+    ("not a module", {"factory": "models/mynet.py:not_a_module", "kwargs": {}, "weights": None},
+     "returned a list, not a torch.nn.Module"),
+    ("wrong channels", {"kwargs": {"width": 6, "in_ch": 1}, "weights": None},
+     "forward pass on one sample of shape (3, 32, 32) (synthetic) raised RuntimeError"),
+    ("weight keys", {"kwargs": {"width": 5}}, "do not match the model (shape: 0.weight"),
+    ("unknown timm", {"factory": None, "name": None, "timm": "convnext_atoo", "weights": None,
+                      "kwargs": {}}, "unknown timm model 'convnext_atoo' (did you mean"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "says"), [m[1:] for m in MISTAKES], ids=[m[0] for m in MISTAKES]
+)
+def test_a_mistake_in_a_model_entry_is_one_line_and_no_benchmark_runs(tmp_path, change, says):
+    _user_files(tmp_path)
+    entry = {k: v for k, v in {**MYNET_ENTRY, **change}.items() if v is not None}
+    sweep = {**SWEEP, "models": ["small_cnn", entry], "modes": ["infer"]}
+    done = snakemake(tmp_path, "--cores", "2", "--configfile", str(write_config(tmp_path, **sweep)))
+    assert done.returncode != 0
+    ours = [line for line in done.stderr.splitlines() if line.startswith("batchscope:")]
+    named = entry.get("name") or "timm_convnext_atoo"
+    assert len(ours) == 1 and ours[0].startswith(f"batchscope: model entry {named}:"), ours
+    assert says in ours[0], ours[0]
+    assert not list(tmp_path.glob("results/runs/**/*.json"))
+    assert not list(tmp_path.glob("logs/bench/**/*.log"))
+    shutil.rmtree(tmp_path / "models")
