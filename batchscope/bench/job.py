@@ -6,7 +6,9 @@
 Writes the steps CSV, then the result JSON (both atomically). An OOM or a diverged loss is a
 result (exit 0); any other error exits non-zero with one line and writes nothing, except in a
 largest-batch trial (spec kind ``trial``), where a batch too large for the data is a result too
-(``status: too_large_for_data``). Imports no plotting library.
+(``status: too_large_for_data``). A compute-only ceiling
+run (spec kind ``ceiling``) steps over a few batches built on the device before the clock
+(``batchscope.bench.data.DeviceBatches``), not a DataLoader. Imports no plotting library.
 """
 
 from __future__ import annotations
@@ -134,7 +136,10 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
         f" device={device} threads={torch.get_num_threads()} env={env['fingerprint']}",
         file=sys.stderr,
     )
-    outcome, steps = runner.run(model, spec, device, work.dataset, val.dataset if val else None)
+    batches = _ceiling_batches(spec, device, work.dataset) if spec.kind == "ceiling" else None
+    outcome, steps = runner.run(
+        model, spec, device, work.dataset, val.dataset if val else None, batches=batches
+    )
     context = {"env": env, "device": device, "seeds": seeds, "work": work, "channels": channels}
     result = _result(spec, outcome, flops, context, torch.get_num_threads())
     result["started_at"] = started_at
@@ -144,6 +149,16 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     summary = {k: result[k] for k in ("status", "samples_per_s", "peak_mem_mb", "val_accuracy")}
     print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
     return 0
+
+
+def _ceiling_batches(spec: RunSpec, device, dataset):
+    """The compute-only ceiling's input: a few batches on the device, built before the clock."""
+    from batchscope.bench.data import DeviceBatches
+    from batchscope.bench.steps import to_device
+
+    return DeviceBatches(
+        dataset, spec.effective_batch_size, lambda x, y: to_device(x, y, device, spec)
+    )
 
 
 def _result(spec: RunSpec, outcome: dict, flops: float, context: dict, threads: int) -> dict:
