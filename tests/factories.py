@@ -201,6 +201,7 @@ def fake_result(
         "workers_uss_mb": 0.0,
         "cuda_max_allocated_mb": None,
         "cuda_max_reserved_mb": None,
+        "cuda_peak_device_mb": None,
         "dry_run_peak_mem_mb": 95.0 if measured else None,
         "cpu_memory_budget_mb": None,
         "effective_batch_size": batch,

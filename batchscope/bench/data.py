@@ -178,3 +178,46 @@ def _open_synthetic(
     return Split(
         dataset, settings["num_classes"], settings["channels"], settings["image_size"], skipped=0
     )
+
+
+# --- the compute-only ceiling's input -------------------------------------------------------
+
+#: Distinct batches the compute-only ceiling cycles through: the one computed on and the next,
+#: as many as a real loader has on the device, so the ceiling holds no more device memory.
+CEILING_BATCHES = 2
+
+
+class DeviceBatches:
+    """Batches built once, before the clock, and cycled: the compute-only ceiling's input.
+
+    ``place(x, y)`` puts a collated batch where the model computes (the device, in the run's
+    memory format). A pass yields ``len(dataset) // batch_size`` batches, as a ``DataLoader``
+    with ``drop_last`` would, cycling through ``distinct`` of them built from the dataset's
+    first samples: no sample is indexed, no batch collated and nothing copied to the device
+    while the steps run, so the ceiling measures the model's compute and not the main process
+    feeding it.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int,
+        place,
+        distinct: int = CEILING_BATCHES,
+    ) -> None:
+        from torch.utils.data import default_collate
+
+        self.batch_size = batch_size
+        self.steps = len(dataset) // batch_size
+        self.batches = []
+        for k in range(min(distinct, self.steps)):
+            first = k * batch_size
+            items = [dataset[i] for i in range(first, first + batch_size)]
+            self.batches.append(place(*default_collate(items)))
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        for step in range(self.steps):
+            yield self.batches[step % len(self.batches)]

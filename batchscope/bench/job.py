@@ -6,7 +6,10 @@
 Writes the steps CSV, then the result JSON (both atomically). An OOM or a diverged loss is a
 result (exit 0); any other error exits non-zero with one line and writes nothing, except in a
 largest-batch trial (spec kind ``trial``), where a batch too large for the data is a result too
-(``status: too_large_for_data``). Imports no plotting library.
+(``status: too_large_for_data``), and so is a batch the model cannot run for a reason other
+than memory (``status: cannot_run``: BatchNorm refusing batch 1, say). A compute-only ceiling
+run (spec kind ``ceiling``) steps over a few batches built on the device before the clock
+(``batchscope.bench.data.DeviceBatches``), not a DataLoader. Imports no plotting library.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from batchscope.core.spec import RunSpec, SpecError
 
 #: The status of a trial whose batch leaves no step to measure after its warm-up.
 TOO_LARGE_FOR_DATA = results.TOO_LARGE_FOR_DATA
+#: The status of a trial whose batch the model cannot run, for a reason other than memory.
+CANNOT_RUN = results.CANNOT_RUN
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     except ModelError as exc:  # the model's library is not installed
         print(f"batchscope bench: error: {exc}", file=sys.stderr)
         return 1
-    from batchscope.bench.data import DatasetError
+    from batchscope.bench.data import DatasetError, one_line
     from batchscope.bench.loop import NothingToMeasure
-    from batchscope.bench.measure import DeviceError
+    from batchscope.bench.measure import DeviceError, is_oom
 
     try:
         return _bench(spec, args)
@@ -66,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     except (DeviceError, DatasetError, ModelError) as exc:  # bad input: one line
         print(f"batchscope bench: error: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        if spec.kind != "trial" or is_oom(exc):
+            raise
+        # the model refuses this batch: the search's answer for this size, not a failure
+        error = f"{type(exc).__name__}: {one_line(exc)}"[:500]
+        results.write_json(args.output, {"status": CANNOT_RUN, "error": error})
+        print(f"batchscope bench: batch {spec.batch_size} cannot run: {error}", file=sys.stderr)
+        return 0
 
 
 def import_what_the_run_needs(spec: RunSpec) -> None:
@@ -140,12 +153,17 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
         f" device={device} threads={torch.get_num_threads()} env={env['fingerprint']}",
         file=sys.stderr,
     )
+    batches = _ceiling_batches(spec, device, work.dataset) if spec.kind == "ceiling" else None
     with ForeignLoad() as foreign:
-        outcome, steps = runner.run(model, spec, device, work.dataset, val.dataset if val else None)
+        outcome, steps = runner.run(
+            model, spec, device, work.dataset, val.dataset if val else None, batches=batches
+        )
     outcome.update(foreign.fields())
     context = {"env": env, "device": device, "seeds": seeds, "work": work, "channels": channels}
     result = _result(spec, outcome, flops, context, torch.get_num_threads())
     result.update(models.result_fields(spec.model_entry, model))
+    # after the validation pass too, the allocator's cache still held: the search's judgement
+    result["cuda_peak_device_mb"] = measure.cuda_peak_device_mb(device)
     result["started_at"] = started_at
     result["wall_s"] = time.perf_counter() - started
     results.write_csv(args.steps, steps, results.STEP_COLUMNS)
@@ -153,6 +171,16 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     summary = {k: result[k] for k in ("status", "samples_per_s", "peak_mem_mb", "val_accuracy")}
     print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
     return 0
+
+
+def _ceiling_batches(spec: RunSpec, device, dataset):
+    """The compute-only ceiling's input: a few batches on the device, built before the clock."""
+    from batchscope.bench.data import DeviceBatches
+    from batchscope.bench.steps import to_device
+
+    return DeviceBatches(
+        dataset, spec.effective_batch_size, lambda x, y: to_device(x, y, device, spec)
+    )
 
 
 def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) -> dict:

@@ -21,18 +21,25 @@ Where the memory comes from:
   The budget counts private memory mapped after the trial's set-up while ``peak_mem_mb`` is
   the resident set, so the two are not comparable; the search takes the wall from the failures'
   own readings.
-- **CUDA** (and MPS): the capacity is ``maxbatch.capacity_mb``, or the device's total memory,
-  read by a short ``python`` subprocess before the first trial (torch never initialises CUDA in
-  this process: a context held here would take memory from the trials). A trial fits only if its
-  peak allocated memory is at most ``(1 - margin) × capacity``.
-  ``peak_mem_mb`` does not count the CUDA context or the caching allocator's slack; the margin
-  covers them.
+- **CUDA**: the capacity is ``maxbatch.capacity_mb``, or the device's total memory, read by a
+  short ``python`` subprocess before the first trial (torch never initialises CUDA in this
+  process: a context held here would take memory from the trials). A trial fits only if all the
+  device memory it needed, ``cuda_peak_device_mb`` (the caching allocator's peak reservation,
+  validation included, plus the CUDA context, libraries and anything else on the device), is at
+  most ``(1 - margin) × capacity``. Peak *allocated* memory leaves out the allocator's slack and
+  the context, hundreds of MB on a real GPU. **MPS**: as CUDA, on the trial's ``peak_mem_mb``.
 
-A trial validates (training) as the sweep's runs do. Synthetic data gets ``num_samples``
-raised per trial to cover the trial's steps. A size larger than a real dataset's split allows
-is the trial's own result (``too_large_for_data``) and counts as a failure. Exits 0 with the
-result written, also when no size fits (``limit``: null); a trial that crashes for another
-reason stops the search with one line and exit 1.
+A trial is the sweep's own workload (``SearchSpec.run``: its largest worker count and
+accumulation, pinned buffers as configured, the validation pass after training) and measures
+the gradient noise scale on every step when the sweep measures it at all, so that every buffer
+a sweep's run holds is held in the trial. Synthetic data gets ``num_samples`` raised per trial
+to cover the trial's steps. A size larger than a real dataset's split allows is the trial's own
+result (``too_large_for_data``) and counts as a failure. A size the model cannot run for a
+reason other than memory (``cannot_run``: BatchNorm refuses batch 1 on 1×1 feature maps) is a
+result too: below every size that fitted the search goes on above it and the grid starts above
+it (``batchscope.core.search``). Exits 0 with the result written, also when no size fits
+(``limit``: null); a trial that crashes otherwise (bad input: the data or the device) stops the
+search with one line and exit 1.
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ _MB = 1024 * 1024
 
 #: The status bench gives a trial whose batch leaves no step to measure (bench.job).
 TOO_LARGE_FOR_DATA = results.TOO_LARGE_FOR_DATA
+#: The status bench gives a trial whose batch the model cannot run (bench.job).
+CANNOT_RUN = results.CANNOT_RUN
 
 #: How each trial runs: warm-up steps, then measured steps (memory peaks in the first step;
 #: the second shows it holds), and the search's own bounds.
@@ -70,6 +79,7 @@ _TRIAL_KEYS = (
     "peak_rss_mb",
     "cuda_max_allocated_mb",
     "cuda_max_reserved_mb",
+    "cuda_peak_device_mb",
     "samples_per_s",
     "steps_run",
     "wall_s",
@@ -167,6 +177,8 @@ def _maxbatch(spec: SearchSpec, args: argparse.Namespace) -> int:
 def _print_trial(trial: search.Trial) -> None:
     peak = "?" if trial.peak_mem_mb is None else f"{trial.peak_mem_mb:.1f} MB"
     verdict = "fits" if trial.fits else "does not fit"
+    if trial.reason is not None:
+        verdict += f": {trial.reason}"
     print(
         f"batchscope maxbatch: batch {trial.batch_size} ({trial.phase}): {trial.status},"
         f" peak {peak}: {verdict}",
@@ -216,7 +228,10 @@ def _memory_limits(spec: SearchSpec) -> dict:
         "cpu_budget_mb": None,
         "trial_budget_mb": None,
         "source": source,
-        "note": f"{device}, peak at most {1 - spec.margin:.0%} of {capacity:.0f} MB ({source})",
+        "note": (
+            f"{device}, peak {'device memory' if device.startswith('cuda') else 'allocated'}"
+            f" at most {1 - spec.margin:.0%} of {capacity:.0f} MB ({source})"
+        ),
     }
 
 
@@ -238,6 +253,13 @@ def _query_device(requested: str) -> tuple[str, float | None]:
 # --- one trial ----------------------------------------------------------------------------
 
 
+def trial_peak_mb(result: dict) -> float | None:
+    """The memory a trial is judged on: on CUDA all the device memory it needed
+    (``cuda_peak_device_mb``), elsewhere its ``peak_mem_mb``."""
+    device_mb = result.get("cuda_peak_device_mb")
+    return result.get("peak_mem_mb") if device_mb is None else device_mb
+
+
 class TrialRunner:
     """``runner(batch_size) -> search.TrialResult``: one bench process per call, on the sweep's
     run spec with the trial's batch size and length."""
@@ -254,7 +276,8 @@ class TrialRunner:
 
     def trial_spec(self, batch_size: int) -> RunSpec:
         """The sweep's spec at ``batch_size``, one warm-up and two measured steps, under the
-        trial's memory budget (synthetic data grown to cover every step)."""
+        trial's memory budget (synthetic data grown to cover every step), measuring the noise
+        scale on every step when the sweep measures it."""
         steps = TRIAL_WARMUP_STEPS + TRIAL_STEPS
         dataset = self.run.dataset
         if dataset.synthetic is not None:
@@ -264,6 +287,9 @@ class TrialRunner:
         measure = replace(
             self.run.measure, warmup_steps=TRIAL_WARMUP_STEPS, min_steps=0, min_seconds=0.0
         )
+        train = self.run.train
+        if train is not None and train.noise_scale_every_steps:
+            train = replace(train, noise_scale_every_steps=1)  # its buffers, within the trial
         budget = self.trial_budget_mb
         return replace(
             self.run,
@@ -271,6 +297,7 @@ class TrialRunner:
             max_steps=steps,
             measure=measure,
             dataset=dataset,
+            train=train,
             cpu_memory_budget_mb=None if budget is None else round(budget, 3),
         )
 
@@ -306,10 +333,13 @@ class TrialRunner:
         if status == TOO_LARGE_FOR_DATA:
             extras["error"] = result["error"]
             return search.TrialResult(False, None, TOO_LARGE_FOR_DATA)
+        if status == CANNOT_RUN:
+            reason = result["error"]
+            return search.TrialResult(False, None, CANNOT_RUN, cannot_run=True, reason=reason)
         if self.first_result is None:
             self.first_result = result
         extras.update({key: result.get(key) for key in _TRIAL_KEYS})
-        peak = result.get("peak_mem_mb")
+        peak = trial_peak_mb(result)
         if status == "oom":
             return search.TrialResult(False, peak, "oom")
         # "ok", or "diverged": the loss blew up but the memory held

@@ -448,3 +448,22 @@ class GpuUtilisation:
         if self._stop is not None:
             self._stop.set()
             self._thread.join()
+
+
+# --- the device's whole memory (the largest-batch search's judgement) --------------------
+
+
+def cuda_peak_device_mb(device: torch.device) -> float | None:
+    """All the device memory the run has needed at its peak, in MB: the caching allocator's peak
+    reservation plus what the device holds outside it now (the CUDA context, libraries' own
+    memory, other processes). Call as the run ends, the allocator's cache still held; None off
+    CUDA.
+
+    ``max_memory_allocated`` leaves out the allocator's slack and everything outside it, which
+    on a real GPU is hundreds of MB: a batch judged on it alone can fail in the sweep.
+    """
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    outside = max(0, total - free - torch.cuda.memory_reserved(device))
+    return (torch.cuda.max_memory_reserved(device) + outside) / _MB

@@ -188,15 +188,22 @@ def run(
     device: torch.device,
     data: Dataset,
     val_data: Dataset | None = None,
+    *,
+    batches=None,
 ) -> tuple[dict, list[dict]]:
-    """Measure ``spec.mode`` on ``data``; return (result fields, per-step rows)."""
+    """Measure ``spec.mode`` on ``data``; return (result fields, per-step rows).
+
+    ``batches``: ready batches to step over instead of a DataLoader over ``data`` (the
+    compute-only ceiling's :class:`batchscope.bench.data.DeviceBatches`)."""
     if spec.compute.precision not in PRECISIONS:
         raise ValueError(f"unknown precision {spec.compute.precision!r}")
     model, runnable = _prepare_model(model, spec, device)
-    loader = make_loader(
-        data, spec, device, batch_size=spec.effective_batch_size, shuffle=spec.mode == "train",
-        drop_last=True,
-    )  # fmt: skip
+    loader = batches
+    if loader is None:
+        loader = make_loader(
+            data, spec, device, batch_size=spec.effective_batch_size,
+            shuffle=spec.mode == "train", drop_last=True,
+        )  # fmt: skip
     training = None
     if spec.mode == "train":
         training = _Training(model, runnable, spec, device, loader, val_data)

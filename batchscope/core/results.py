@@ -74,6 +74,11 @@ STATUSES = ("ok", "oom", "diverged")
 #: warm-up: the whole result is ``{"status": ..., "error": ...}`` (the schema's second form).
 TOO_LARGE_FOR_DATA = "too_large_for_data"
 
+#: The status of a largest-batch trial whose run failed for a reason other than memory or the
+#: data's size (the model refuses the batch): the whole result is ``{"status": ..., "error": ...}``
+#: (the schema's third form).
+CANNOT_RUN = "cannot_run"
+
 #: Columns ``summary.csv`` adds to the result fields (batchscope.report.aggregate), with their
 #: pandas dtypes: the diagnosis, the environment check, the compute-only ceiling and the flags
 #: of a disturbed measurement.
@@ -102,7 +107,8 @@ def _schema_text() -> str:
 def load_schema() -> dict[str, Any]:
     """The result schema (a fresh copy): ``$defs/run`` is one run's result,
     ``$defs/too_large_for_data`` a largest-batch trial's answer for a batch too large for the
-    data; the top level picks one of the two by ``status``."""
+    data, ``$defs/cannot_run`` its answer for a batch the model cannot run; the top level picks
+    one of the three by ``status``."""
     return json.loads(_schema_text())
 
 
@@ -165,7 +171,7 @@ def _where(path: Iterable[Any]) -> str:
 def validate_result(result: Mapping[str, Any]) -> None:
     """Raise :class:`ResultError` if ``result`` is not a result file the benchmark job may
     write: one run's result (every key known, every always-written key there, each of its
-    type), or a trial's ``too_large_for_data``."""
+    type), or a trial's ``too_large_for_data`` or ``cannot_run``."""
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator().iter_errors(result))

@@ -8,7 +8,12 @@ How it searches
 ---------------
 1. **Doubling** from ``start`` (``start``, 2·``start``, 4·``start``, …, then ``cap`` itself) until
    a size fails or ``cap`` fits. If ``start`` itself fails, **halving** goes down instead until
-   one fits; when batch 1 fails, nothing fits and the limit is None.
+   one fits; when batch 1 fails, nothing fits and the limit is None. A size that *cannot run*
+   for a reason other than memory before any size has fitted (BatchNorm refuses one sample per
+   channel in training, so a stock ResNet on small images cannot run at batch 1) is a result,
+   not an upper bound: it becomes the search's *floor* (``too_small``), doubling goes on above
+   it, and the grid starts above it. Halving stops at such a size. After a size has fitted, a
+   size that cannot run is a failure like any other.
 2. **Closing in** between the largest size that fitted (``lo``) and the smallest that failed
    (``hi``) until ``lo`` is provably within ``tolerance`` of the true limit: ``hi == lo + 1`` or
    ``lo >= (1 - tolerance) * (hi - 1)``. Plain bisection of ``[L, 2L)`` needs four or five more
@@ -71,12 +76,16 @@ class TrialResult:
 
     ``fits``: it ran to the end without an allocator failure. ``peak_mem_mb``: its peak memory,
     or, for a failure, the memory it held when it failed (None when unknown). ``status``: the
-    runner's own word (``ok``, ``oom``, ...), kept in the record.
+    runner's own word (``ok``, ``oom``, ...), kept in the record. ``cannot_run``: it failed for
+    a reason other than memory or the data's size (the model refuses the batch); ``reason``: the
+    runner's one line on why a trial failed, kept in the record.
     """
 
     fits: bool
     peak_mem_mb: float | None = None
     status: str | None = None
+    cannot_run: bool = False
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ class Trial:
     phase: str  # "double", "halve", "predict" or "bisect": why this size was tried
     predicted: float | None = None  # the model's predicted limit when it was chosen ("predict")
     ran: bool = True  # the runner reported it ran to the end (over_margin trials did)
+    reason: str | None = None  # the runner's one line on why it failed
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,9 @@ class SearchResult:
     usable_mb: float | None  # the W the last prediction used
     model: MemoryModel | None  # the last memory model fitted
     summary: str
+    #: the largest size that could not run for a reason other than memory before any size
+    #: fitted: the grid starts above it (None: every size tried below the limit could run)
+    too_small: int | None = None
 
     @property
     def converged(self) -> bool:
@@ -143,6 +156,7 @@ class SearchResult:
             "converged": self.converged,
             "cap": self.cap,
             "first_failure": self.first_failure,
+            "too_small": self.too_small,
             "grid": list(self.grid),
             "tolerance": self.tolerance,
             "margin": self.margin,
@@ -219,6 +233,7 @@ class _State:
         self.trials: list[Trial] = []
         self.lo: int | None = None  # largest size that fitted
         self.hi: int | None = None  # smallest size that failed
+        self.floor: int | None = None  # largest size that cannot run, below every fit
         self.capped = False
         self.out_of_trials = False
         self.usable: float | None = None
@@ -237,10 +252,14 @@ class _State:
         limit = self._usable_by_capacity()
         if fits and limit is not None and peak is not None and peak > limit:
             fits, status = False, "over_margin"
-        record = Trial(batch_size, fits, peak, status, phase, predicted, ran=bool(raw.fits))
+        record = Trial(
+            batch_size, fits, peak, status, phase, predicted, ran=bool(raw.fits), reason=raw.reason
+        )
         self.trials.append(record)
         if fits:
             self.lo = batch_size if self.lo is None else max(self.lo, batch_size)
+        elif raw.cannot_run and self.lo is None:  # too small to run: a floor, not a ceiling
+            self.floor = batch_size if self.floor is None else max(self.floor, batch_size)
         else:
             self.hi = batch_size if self.hi is None else min(self.hi, batch_size)
         if self.on_trial is not None:
@@ -264,15 +283,18 @@ class _State:
         size = start
         while True:
             if not self.probe(size, "double"):
-                break
-            if size >= cap:
+                if self.floor != size:
+                    break
+                if size >= cap:  # nothing up to the cap can run
+                    return False
+            elif size >= cap:
                 self.capped = True
                 return False
             size = min(2 * size, cap)
         if self.lo is None:  # the first size failed: halve down to one that fits
-            while size > 1:
+            while size > (self.floor or 0) + 1:
                 size //= 2
-                if self.probe(size, "halve"):
+                if self.probe(size, "halve") or self.floor == size:
                     break
         return True
 
@@ -327,7 +349,7 @@ class _State:
         return SearchResult(
             limit=limit,
             trials=tuple(self.trials),
-            grid=grid(limit),
+            grid=grid(limit, smallest=(self.floor or 0) + 1),
             capped=self.capped,
             cap=cap,
             first_failure=self.hi,
@@ -337,7 +359,11 @@ class _State:
             usable_mb=self.usable if self.usable is not None else self._usable(),
             model=self.model or _fit(self.trials),
             summary=self._summary(limit),
+            too_small=self.floor,
         )
+
+    def _trial(self, batch_size: int) -> Trial:
+        return next(t for t in self.trials if t.batch_size == batch_size)
 
     def _summary(self, limit: int | None) -> str:
         n = len(self.trials)
@@ -350,22 +376,25 @@ class _State:
             if not self.trials:
                 return "no trial ran"
             smallest = min(self.trials, key=lambda t: t.batch_size)
-            return (
-                f"no batch size fits: batch {smallest.batch_size} failed"
-                f" ({smallest.status}){room}; {count}"
-            )
+            floor = ""
+            if self.floor is not None and self.floor != smallest.batch_size:
+                floor = f"; batch {_failed(self._trial(self.floor))}"
+            return f"no batch size fits: batch {_failed(smallest)}{floor}{room}; {count}"
+        floor = ""
+        if self.floor is not None:
+            floor = f"; batch {_failed(self._trial(self.floor))}, so the grid starts above it"
         if self.capped:
             return (
                 f"batch {limit} fits and is the cap: the search stopped there, the device may"
-                f" hold more{room}; {count}"
+                f" hold more{room}{floor}; {count}"
             )
         stop = " (stopped: out of trials)" if self.out_of_trials else ""
         if self.hi is None:
-            return f"largest batch that fits: {limit}; none failed yet{room}; {count}{stop}"
+            return f"largest batch that fits: {limit}; none failed yet{room}{floor}; {count}{stop}"
         exact = "exact" if self.hi == limit + 1 else f"within {self.tol:.0%}"
         why = next(t.status for t in self.trials if t.batch_size == self.hi)
         return (
-            f"largest batch that fits: {limit}; {self.hi} failed ({why}; {exact}){room};"
+            f"largest batch that fits: {limit}; {self.hi} failed ({why}; {exact}){room}{floor};"
             f" {count}{stop}"
         )
 
@@ -388,6 +417,12 @@ def _up(lo: int, tol: float) -> int:
 def _down(hi: int, tol: float) -> int:
     """The smallest size whose fit, with ``hi`` failing, settles the search."""
     return min(int(math.ceil((1.0 - tol) * (hi - 1) - _EPS)), hi - 1)
+
+
+def _failed(t: Trial) -> str:
+    """``"<size> failed (<status>: <reason>)"``, the reason when the runner gave one."""
+    why = t.status if t.reason is None else f"{t.status}: {t.reason}"
+    return f"{t.batch_size} failed ({why})"
 
 
 def _reading(t: Trial) -> bool:

@@ -365,14 +365,16 @@ class SearchSpec:
 
 def build_search(config: Mapping[str, Any], *, mode: str, model: str) -> SearchSpec:
     """The search of ``batch_sizes: auto``: trials run the sweep's workload with its largest
-    worker count and the first seed, capped so that the sweep's own run of the found size
-    still has a step to measure after its warm-up."""
+    worker count, its largest accumulation (the whole loader batch, ``accumulation_steps``
+    micro-batches, goes to the device at once) and the first seed, capped so that the sweep's
+    own run of the found size still has a step to measure after its warm-up."""
     run = build(
         config,
         kind="trial",
         mode=mode,
         model=model,
         batch_size=config["maxbatch"]["start"],
+        accumulation_steps=_largest_accumulation(config, mode),
         num_workers=max(config["num_workers"]),
         seed=0,
     )
@@ -387,9 +389,14 @@ def build_search(config: Mapping[str, Any], *, mode: str, model: str) -> SearchS
     )
 
 
+def _largest_accumulation(config: Mapping[str, Any], mode: str) -> int:
+    return max(config["train"]["accumulation_steps"]) if mode == "train" else 1
+
+
 def search_cap(config: Mapping[str, Any], mode: str) -> int:
-    """The configured cap, and no batch so large that the sweep's run of that size would have
-    no step left to measure after its warm-up."""
+    """The configured cap, and no batch so large that the sweep's run of that size, at its
+    largest accumulation (a loader batch of ``batch_size x accumulation_steps``), would have no
+    step left to measure after its warm-up."""
     cap = config["maxbatch"]["cap"]
     name = config["dataset"]["name"]
     if name == "synthetic":
@@ -397,5 +404,6 @@ def search_cap(config: Mapping[str, Any], mode: str) -> int:
     else:
         samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode)
     if samples is not None:
-        cap = min(cap, samples // (config["measure"]["warmup_steps"] + 1))
+        steps = config["measure"]["warmup_steps"] + 1
+        cap = min(cap, samples // (steps * _largest_accumulation(config, mode)))
     return max(cap, 1)

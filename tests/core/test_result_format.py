@@ -133,6 +133,16 @@ def test_a_trials_too_large_for_data_result_has_exactly_status_and_error():
         results.validate_result({"status": "too_large_for_data", "error": "x", "samples_per_s": 1})
 
 
+def test_a_trials_cannot_run_result_has_exactly_status_and_error():
+    results.validate_result({"status": results.CANNOT_RUN, "error": "ValueError: Expected more"})
+    with pytest.raises(results.ResultError, match="result key error: missing"):
+        results.validate_result({"status": "cannot_run"})
+    with pytest.raises(results.ResultError, match="result key samples_per_s: not in the result"):
+        results.validate_result({"status": "cannot_run", "error": "x", "samples_per_s": 1})
+    with pytest.raises(results.ResultError):  # a run's result never says it
+        results.validate_result(fake_result(status="cannot_run"))
+
+
 # --- the fake results tests use ------------------------------------------------------------
 
 
@@ -225,6 +235,9 @@ def test_the_documentation_describes_the_other_forms_and_tables():
     too_large = results.load_schema()["$defs"]["too_large_for_data"]["properties"]
     trial = _table_rows(_section(text, "A largest-batch trial that found the batch too large"))
     assert set(trial) == set(too_large)
+    cannot_run = results.load_schema()["$defs"]["cannot_run"]["properties"]
+    trial = _table_rows(_section(text, "A largest-batch trial whose batch the model cannot run"))
+    assert set(trial) == set(cannot_run)
     steps = _table_rows(_section(text, "The steps CSV"))
     assert list(steps) == list(results.STEP_COLUMNS)
     assert set(_table_rows(_section(text, "summary.csv"))) == set(results.SUMMARY_DTYPES)

@@ -194,6 +194,60 @@ def test_batch_one_does_not_fit():
     assert found.summary.startswith("no batch size fits: batch 1 failed (oom)")
 
 
+class TooSmallBelow(Wall):
+    """A model that cannot run below ``smallest`` (BatchNorm on a 1x1 map refuses batch 1),
+    for a reason other than memory, and fits up to ``limit``."""
+
+    def __init__(self, smallest, limit):
+        super().__init__(limit)
+        self.smallest = smallest
+
+    def __call__(self, b):
+        if b < self.smallest:
+            self.calls.append(b)
+            return TrialResult(False, None, "cannot_run", cannot_run=True, reason="ValueError: x")
+        return super().__call__(b)
+
+
+def test_a_size_that_cannot_run_below_every_fit_is_a_floor_not_a_limit():
+    fake = TooSmallBelow(2, 100)
+    found = search.search(fake)
+    assert within(found.limit, 100)  # the search went on above batch 1
+    assert found.too_small == 1 and found.first_failure > found.limit
+    assert found.grid[0] == 2 and 1 not in found.grid  # the sweep never runs batch 1
+    assert found.trials[0].status == "cannot_run" and found.trials[0].reason == "ValueError: x"
+    assert "batch 1 failed (cannot_run: ValueError: x), so the grid starts above it" in (
+        found.summary
+    )
+    assert found.to_dict()["too_small"] == 1
+    # a floor above 1 too: doubling goes on past every size that cannot run
+    found = search.search(TooSmallBelow(5, 100))
+    assert found.too_small == 4 and found.grid[0] == 8 and within(found.limit, 100)
+
+
+def test_a_size_that_cannot_run_above_a_fit_bounds_the_search():
+    def trial(b):
+        if b >= 64:
+            return TrialResult(False, None, "cannot_run", cannot_run=True, reason="index overflow")
+        return TrialResult(True, INTERCEPT + SLOPE * b, "ok")
+
+    found = search.search(trial)
+    assert found.too_small is None and within(found.limit, 63) and found.first_failure == 64
+
+
+def test_halving_stops_at_a_size_that_cannot_run():
+    fake = TooSmallBelow(3, 1)  # batch 2 cannot run, none from 3 on fits
+    found = search.search(fake, start=16)
+    assert fake.calls == [16, 8, 4, 2]  # batch 1 is never tried
+    assert found.limit is None and found.too_small == 2
+    found = search.search(TooSmallBelow(2, 1))
+    assert found.limit is None and found.grid == () and found.too_small == 1
+    assert found.summary.startswith("no batch size fits: batch 1 failed (cannot_run: ValueError")
+    nothing_runs = search.search(TooSmallBelow(10**6, 10**6), cap=64)
+    assert nothing_runs.limit is None and nothing_runs.too_small == 64
+    assert [t.batch_size for t in nothing_runs.trials] == [1, 2, 4, 8, 16, 32, 64]
+
+
 def test_a_start_that_fails_halves_down():
     fake = Wall(37)
     found = search.search(fake, start=256)
