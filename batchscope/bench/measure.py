@@ -215,13 +215,15 @@ class GpuUtilisation:
     """Samples NVML's GPU utilisation in a background thread while measuring (CUDA only).
 
     Sampling every ``interval_s`` costs one NVML query per interval; without ``pynvml``
-    (nvidia-ml-py) or off CUDA, :attr:`mean_pct` stays None.
+    (nvidia-ml-py) or off CUDA, :attr:`mean_pct` stays None. Samples are kept only while
+    :attr:`active` is true (the measured loop sets it during its measured steps).
     """
 
     def __init__(self, device: torch.device, interval_s: float = 0.2):
         self.device = device
         self.interval_s = interval_s
         self.samples: list[float] = []
+        self.active = True
         self._stop = None
 
     @property
@@ -248,6 +250,8 @@ class GpuUtilisation:
 
         def sample() -> None:
             while not self._stop.wait(self.interval_s):
+                if not self.active:
+                    continue
                 self.samples.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
 
         self._thread = threading.Thread(target=sample, daemon=True)
