@@ -157,6 +157,7 @@ class _Step:
     loss: torch.Tensor | float | None
     lr: float | None
     extra: dict = field(default_factory=dict)
+    seconds: float | None = None  # read once the device has passed its end
 
 
 def planned_steps(spec: RunSpec, steps_per_epoch: int) -> int:
@@ -285,12 +286,17 @@ class _Loop:
             self.dry_run_mb = measure.peak_memory(self.device)["peak_mem_mb"]
 
     def poll(self) -> None:
-        """On a GPU, check the losses of the steps the device has finished, without waiting:
-        a non-finite one ends the run (a few steps late; the rows are cut at it)."""
+        """Read the steps the device has finished, without waiting: their seconds (so a long
+        run keeps no more events than the device is behind) and their losses, a non-finite one
+        ending the run (on a GPU a few steps late; the rows are cut at it)."""
         while self.checked < len(self.steps):
             step = self.steps[self.checked]
             if self.clock.cuda and not step.end.query():
                 return
+            step.seconds = self._seconds(step)
+            step.start, step.pauses = None, []  # the events it no longer needs
+            if self.checked > 0:
+                self.steps[self.checked - 1].end = None
             loss = _loss_value(step.loss)
             self.checked += 1
             if loss is not None and not math.isfinite(loss):
@@ -305,12 +311,11 @@ class _Loop:
     def settle(self) -> list[float]:
         """Synchronise once and read every step's seconds, its pauses taken out."""
         self.clock.settle()
-        seconds = []
-        for s in self.steps:
-            total = self.clock.seconds(s.start, s.end)
-            total -= sum(self.clock.seconds(a, b) for a, b in s.pauses)
-            seconds.append(total)
-        return seconds
+        return [self._seconds(s) if s.seconds is None else s.seconds for s in self.steps]
+
+    def _seconds(self, step: _Step) -> float:
+        total = self.clock.seconds(step.start, step.end)
+        return total - sum(self.clock.seconds(a, b) for a, b in step.pauses)
 
     def write_rows(self, log: StepLog, seconds: list[float]) -> float | None:
         """The steps CSV's rows; returns the last finite loss. A run that diverged is cut at its
