@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check: run a small CUDA sweep end to end and print its summary and recommendation.
+# GPU check: the harness against a bare loop (scripts/sync_check.py), then a small CUDA sweep
+# end to end, its summary and recommendation.
 # Usage (on a machine with an NVIDIA GPU):  bash scripts/gpu_check.sh [outdir]
 # Creates .venv if needed (as `make` does), runs in its own folder, leaves the repo untouched.
 set -euo pipefail
@@ -11,6 +12,8 @@ export PATH="$repo/.venv/bin:$PATH" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 python -c "import torch; assert torch.cuda.is_available(), 'torch sees no CUDA GPU'; \
 print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+# issue 12: the harness against a bare loop, with and without a synchronisation per step
+PYTHONPATH="$repo" python "$repo/scripts/sync_check.py" --seconds 3
 mkdir -p "$out"
 snakemake -s "$repo/Snakefile" --directory "$out" --configfile "$repo/config/gpu_check.yaml" \
     --cores "$(nproc)"

@@ -178,6 +178,7 @@ def fake_result(
         "measured_steps": 10 if ok else 3 if measured else 0,
         "measured_samples": (10 if ok else 3 if measured else 0) * batch,
         "measured_s": 0.64 if ok else 0.19 if measured else 0.0,
+        "diagnostic_steps": 0,
         "flops_per_sample": 8.0e6,
         "achieved_tflops": 0.008 if ok else None,
         "math_mode": None,
@@ -266,6 +267,7 @@ def fake_result(
             noise_scale_measurements=40,
             noise_scale_batch_small=max(1, batch // 4),
             noise_scale_batch_big=batch,
+            noise_scale_unmeasured_reason=None,
         )
     result.update(overrides)
     return result

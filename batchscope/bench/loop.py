@@ -1,12 +1,23 @@
 """The measured loop: steps over a DataLoader, timed, the warm-up left out.
 
-Each step's time runs from the end of the previous step (the device synchronised) to the end of
-this one, so it includes waiting for the next batch: the user pays for the input pipeline.
-Within a step, the phases are timed apart: the runner's own bookkeeping, waiting for data, the
-host-to-device copy, forward, backward and the optimizer step (host clocks on the CPU, CUDA
-events on a GPU, so timing a phase never stalls the device). The first ``warmup_steps`` steps
-are recorded but never enter the statistics; the measured steps are split into ``repeats``
-consecutive windows whose throughputs give the median and the spread.
+Each step's time runs from the end of the previous step to the end of this one, so it includes
+waiting for the next batch: the user pays for the input pipeline. Nothing inside the measured
+steps waits for the device: on a GPU a step's end is a CUDA event recorded on the stream, and
+the events are read after the loop's one synchronisation, so the host prepares step i+1 while
+the device runs step i, as in any training loop. On the CPU every operation is synchronous and
+the ends are host clock readings. Data wait is the host's time blocked in the loader's
+``next()``. When a time-based window is full is decided on the host clock.
+
+The first ``warmup_steps`` steps are recorded but never enter the statistics; the measured steps
+are split into ``repeats`` consecutive windows whose throughputs give the median and the spread.
+Hooks that run off the clock (validation, noise-scale measurements) pause it: their time is
+taken out of the step they fall in, and that step and the ``num_workers × prefetch_factor``
+after it (whose batches the workers prefetched during the pause, hiding their wait) are left
+out of the windows (phase ``after_pause``).
+
+The per-phase breakdown (runner, data wait, copy, forward, backward, optimizer) needs the device
+synchronised at every step, so it is timed only in ``diagnostic_steps`` separate steps after
+the throughput windows (phase ``diagnostic``), never in them.
 
 An allocator failure ends the run with ``status: oom``, a non-finite training loss with
 ``status: diverged``; anything else propagates and fails the job. The batch size is never changed.
@@ -34,9 +45,10 @@ INFER_PHASES = ("h2d", "forward")
 #: Every column of the per-step breakdown, in step order ("runner" is our own bookkeeping).
 BREAKDOWN = ("runner", "data_wait", *TRAIN_PHASES)
 
-#: A point whose throughput windows spread more than this (IQR / median) is flagged ``noisy``,
-#: the threshold torch.utils.benchmark uses.
-NOISY_IQR_FRAC = 0.10
+#: A point whose throughput windows spread more than this, (max − min) / median, is flagged
+#: ``noisy``. The range rather than the IQR: with 3 windows the IQR spans half the range and
+#: misses a 1000/909/833 series (an 18% range).
+NOISY_RANGE_FRAC = 0.10
 
 
 class NothingToMeasure(ValueError):
@@ -56,8 +68,8 @@ class StepLog:
 class PhaseClock:
     """Marks phase boundaries inside a step: host clocks on the CPU, CUDA events on a GPU.
 
-    Events are read only after the step's closing synchronisation, so timing the phases adds no
-    stall. On the CPU every operation is synchronous and the host clock is exact.
+    Used in the diagnostic steps only, whose end synchronises the device before the events are
+    read. On the CPU every operation is synchronous and the host clock is exact.
     """
 
     def __init__(self, device: torch.device, phases: tuple[str, ...]):
@@ -89,6 +101,65 @@ class PhaseClock:
         }
 
 
+class _NoPhases:
+    """The clock the throughput steps get: it marks nothing, so a step records no event."""
+
+    def start(self) -> None:
+        pass
+
+    def mark(self) -> None:
+        pass
+
+
+NO_PHASES = _NoPhases()
+
+
+class StepClock:
+    """Step ends on the device's timeline without waiting for the device.
+
+    On CUDA a mark is an event recorded on the current stream (read after :meth:`settle`);
+    elsewhere the host clock after ``measure.synchronize`` (a no-op on the CPU, so exact there).
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        measure.synchronize(self.device)  # the CPU: nothing; MPS: no events here, so wait
+        return time.perf_counter()
+
+    def settle(self) -> None:
+        """Wait for the device once, so that every mark so far can be read."""
+        measure.synchronize(self.device)
+
+    def seconds(self, start, end) -> float:
+        if self.cuda:
+            return start.elapsed_time(end) / 1000.0
+        return end - start
+
+
+@dataclass
+class _Step:
+    """One step as the loop saw it; its device time is read after the loop."""
+
+    phase: str
+    samples: int
+    start: object  # the previous step's end mark
+    end: object
+    pauses: list  # (mark, mark) spans off the clock inside this step
+    host_s: float  # the same span on the host clock, pauses excluded
+    data_wait_s: float
+    loss: torch.Tensor | float | None
+    lr: float | None
+    extra: dict = field(default_factory=dict)
+    seconds: float | None = None  # read once the device has passed its end
+
+
 def planned_steps(spec: RunSpec, steps_per_epoch: int) -> int:
     """Steps the run is planned for: epochs (train) or one pass (infer), capped by max_steps."""
     epochs = spec.train.epochs if spec.train is not None else 1
@@ -105,13 +176,13 @@ def window_stats(samples: list[int], seconds: list[float], repeats: int) -> dict
         for s, t in zip(np.array_split(samples, n), np.array_split(seconds, n), strict=True)
     ]
     p25, p50, p75 = np.percentile(rates, [25, 50, 75])
-    iqr = float(p75 - p25)
+    spread = (max(rates) - min(rates)) / p50
     return {
         "samples_per_s": float(p50),
-        "samples_per_s_iqr": iqr,
+        "samples_per_s_iqr": float(p75 - p25),
         "samples_per_s_windows": rates,
         "repeats": n,
-        "noisy": bool(iqr / p50 > NOISY_IQR_FRAC) if n >= 2 else None,
+        "noisy": bool(spread > NOISY_RANGE_FRAC) if n >= 2 else None,
     }
 
 
@@ -134,30 +205,51 @@ def _batches(loader: DataLoader, stamps: dict) -> Iterator:
         del batches
 
 
+def _to_host(loss: torch.Tensor) -> torch.Tensor:
+    """The loss copied into pinned host memory behind the step on the stream: readable without
+    a wait once the step's end event has completed."""
+    host = torch.empty(loss.shape, dtype=loss.dtype, pin_memory=True)
+    host.copy_(loss.detach(), non_blocking=True)
+    return host
+
+
+def _loss_value(loss) -> float | None:
+    if loss is None:
+        return None
+    return float(loss.item()) if isinstance(loss, torch.Tensor) else float(loss)
+
+
 class _Loop:
     """The state of one measured loop; :func:`measured_loop` runs it."""
 
-    def __init__(self, spec: RunSpec, device: torch.device, planned: int, log: StepLog):
-        self.spec, self.device, self.planned, self.log = spec, device, planned, log
+    def __init__(self, spec: RunSpec, device: torch.device, planned: int):
+        self.spec, self.device, self.planned = spec, device, planned
         self.measure = spec.measure
         self.phases = TRAIN_PHASES if spec.mode == "train" else INFER_PHASES
-        self.clock = PhaseClock(device, self.phases)
-        self.status, self.error, self.last_loss = "ok", None, None
-        self.step_s: list[float] = []
-        self.samples: list[int] = []
-        self.sums = dict.fromkeys(BREAKDOWN, 0.0)
+        self.clock = StepClock(device)
+        self.status, self.error = "ok", None
+        self.steps: list[_Step] = []
         self.stamps: dict[str, float] = {}
-        self.workers_mb = self.dry_run_mb = self.first_step_s = None
+        self.dry_run_mb = None
         self.stopped_early = False
-        self.samples_seen = self.step = 0
-        self.train_s = 0.0  # time on the clock, warm-up included, evaluations excluded
+        self.samples_seen = 0
+        self.measured_host_s = 0.0
+        self.measured_count = 0
+        self.refill_left = 0  # steps still left out after a pause
+        self.sums = dict.fromkeys(BREAKDOWN, 0.0)  # the diagnostic steps' phases
+        self.diagnostic_s: list[float] = []
+        self.checked = 0  # steps whose loss poll() has read
+
+    @property
+    def step(self) -> int:
+        return len(self.steps)
 
     def windows_full(self) -> bool:
-        """Every window has its minimum steps and seconds."""
+        """Every window has its minimum steps and seconds (on the host clock)."""
         m = self.measure
         return (
-            self.step - m.warmup_steps >= m.repeats * m.min_steps
-            and sum(self.step_s) >= m.repeats * m.min_seconds
+            self.measured_count >= m.repeats * m.min_steps
+            and self.measured_host_s >= m.repeats * m.min_seconds
         )
 
     def finished(self) -> bool:
@@ -173,79 +265,159 @@ class _Loop:
             return True
         return self.step >= self.planned
 
-    def record(self, x, loss, t_prev: float, t_ready: float, t_data: float, t_end: float, lr_of):
-        """Book one finished step: its times, samples and loss, and its row in the log."""
-        self.step += 1
-        self.samples_seen += x.shape[0]
-        measured = self.step > self.measure.warmup_steps
-        parts = {"runner": t_ready - t_prev, "data_wait": t_data - t_ready}
-        parts.update(self.clock.durations_s())
-        if measured:
-            self.step_s.append(t_end - t_prev)
-            self.samples.append(x.shape[0])
-            for name, seconds in parts.items():
-                self.sums[name] += seconds
-        self.train_s += t_end - t_prev
-        loss_value = None if loss is None else float(loss.item())
-        self.log.add(
-            step=self.step,
-            phase="measured" if measured else "warmup",
-            samples_seen=self.samples_seen,
-            elapsed_s=self.train_s,
-            step_time_ms=(t_end - t_prev) * 1000.0,
-            data_wait_ms=parts["data_wait"] * 1000.0,
-            loss=loss_value,
-            lr=lr_of() if lr_of else None,
-        )
-        if self.step == 1:  # the memory dry run: the peak of one whole step
-            self.first_step_s = t_end - t_prev
-            self.dry_run_mb = measure.peak_memory(self.device)["peak_mem_mb"]
-        if loss_value is not None:
-            self.last_loss = loss_value
-            if not math.isfinite(loss_value):
-                self.status = "diverged"
+    def next_phase(self) -> str:
+        """The phase of the step about to run, before any pause inside it."""
+        if self.step < self.measure.warmup_steps:
+            return "warmup"
+        return "after_pause" if self.refill_left > 0 else "measured"
 
-    def result(self) -> dict:
+    def record(self, step: _Step) -> None:
+        """Book one finished step (times are read later, see :meth:`settle`)."""
+        if step.pauses and step.phase == "measured":
+            step.phase = "after_pause"
+        if step.phase == "measured":
+            self.measured_host_s += step.host_s
+            self.measured_count += 1
+        if self.refill_left > 0 and not step.pauses:
+            self.refill_left -= 1
+        self.steps.append(step)
+        self.samples_seen += step.samples
+        if len(self.steps) == 1:  # the memory dry run: the allocator's peak of one whole step
+            self.dry_run_mb = measure.peak_memory(self.device)["peak_mem_mb"]
+
+    def poll(self) -> None:
+        """Read the steps the device has finished, without waiting: their seconds (so a long
+        run keeps no more events than the device is behind) and their losses, a non-finite one
+        ending the run (on a GPU a few steps late; the rows are cut at it)."""
+        while self.checked < len(self.steps):
+            step = self.steps[self.checked]
+            if self.clock.cuda and not step.end.query():
+                return
+            step.seconds = self._seconds(step)
+            step.start, step.pauses = None, []  # the events it no longer needs
+            if self.checked > 0:
+                self.steps[self.checked - 1].end = None
+            loss = _loss_value(step.loss)
+            self.checked += 1
+            if loss is not None and not math.isfinite(loss):
+                self.status = "diverged"
+                return
+
+    def paused(self) -> None:
+        """A pause ended: the workers refilled their queues, so the next steps' wait is hidden."""
+        loader = self.spec.loader
+        self.refill_left = self.spec.num_workers * loader.prefetch_factor
+
+    def settle(self) -> list[float]:
+        """Synchronise once and read every step's seconds, its pauses taken out."""
+        self.clock.settle()
+        return [self._seconds(s) if s.seconds is None else s.seconds for s in self.steps]
+
+    def _seconds(self, step: _Step) -> float:
+        total = self.clock.seconds(step.start, step.end)
+        return total - sum(self.clock.seconds(a, b) for a, b in step.pauses)
+
+    def write_rows(self, log: StepLog, seconds: list[float]) -> float | None:
+        """The steps CSV's rows; returns the last finite loss. A run that diverged is cut at its
+        first non-finite loss (on a GPU the loop learns of it only after the loop)."""
+        elapsed, samples_seen, last_loss = 0.0, 0, None
+        for number, (s, step_s) in enumerate(zip(self.steps, seconds, strict=True), start=1):
+            loss = _loss_value(s.loss)
+            elapsed += step_s
+            samples_seen += s.samples
+            log.add(
+                step=number,
+                phase=s.phase,
+                samples_seen=samples_seen,
+                elapsed_s=elapsed,
+                step_time_ms=step_s * 1000.0,
+                data_wait_ms=s.data_wait_s * 1000.0,
+                loss=loss,
+                lr=s.lr,
+            )
+            log.rows[-1].update(s.extra)
+            last_loss = loss
+            if loss is not None and not math.isfinite(loss):
+                self.status = "diverged"
+                del self.steps[number:], seconds[number:]
+                break
+        return last_loss
+
+    def result(self, seconds: list[float], last_loss: float | None) -> dict:
         """The timing summary and status of the finished loop."""
-        step_s, sums = self.step_s, self.sums
+        measured = [(s, t) for s, t in zip(self.steps, seconds, strict=True)]
+        measured = [(s, t) for s, t in measured if s.phase == "measured"]
+        step_s = [t for _, t in measured]
+        samples = [s.samples for s, _ in measured]
         measured_s = float(sum(step_s))
         ok = self.status == "ok" and measured_s > 0
         stamps = self.stamps
+        first = self.steps[0] if self.steps else None
+        diag = len(self.diagnostic_s)
+        breakdown = ok and diag > 0
         result = {
             "status": self.status,
             "error": self.error,
             "steps_run": self.step,
             "warmup_steps": self.measure.warmup_steps,
             "measured_steps": len(step_s),
-            "measured_samples": int(sum(self.samples)),
+            "measured_samples": int(sum(samples)),
             "measured_s": measured_s,
-            "data_wait_frac": sums["data_wait"] / measured_s if measured_s > 0 else None,
+            "diagnostic_steps": diag,
+            "data_wait_frac": (
+                sum(s.data_wait_s for s, _ in measured) / measured_s if measured_s > 0 else None
+            ),
             "worker_startup_s": (
                 stamps["workers_started"] - stamps["iter_started"] if stamps else None
             ),
             "time_to_first_batch_s": (
                 stamps["first_batch"] - stamps["iter_started"] if "first_batch" in stamps else None
             ),
-            "first_step_s": self.first_step_s,
+            "first_step_s": seconds[0] if seconds else None,
+            # the first step less its wait for data (worker start-up, the first batch)
+            "first_step_compute_s": seconds[0] - first.data_wait_s if seconds else None,
             "dry_run_peak_mem_mb": self.dry_run_mb,
-            "final_loss": self.last_loss,
+            "final_loss": last_loss,
             "stopped_early": self.stopped_early,
-            "workers_pss_mb": self.workers_mb or 0.0,
             **{
-                f"time_{name}_ms": 1000.0 * sums[name] / len(step_s)
-                if ok and name in ("runner", "data_wait", *self.phases)
+                f"time_{name}_ms": 1000.0 * self.sums[name] / diag
+                if breakdown and name in ("runner", "data_wait", *self.phases)
                 else None
                 for name in BREAKDOWN
             },
+            "time_other_ms": (
+                1000.0 * (sum(self.diagnostic_s) - sum(self.sums.values())) / diag
+                if breakdown
+                else None
+            ),
             **measure.step_stats(step_s if ok else []),
         }
         if ok:
-            result.update(window_stats(self.samples, step_s, self.measure.repeats))
-            result["time_other_ms"] = 1000.0 * (measured_s - sum(sums.values())) / len(step_s)
+            result.update(window_stats(samples, step_s, self.measure.repeats))
         else:
             result.update(samples_per_s=None, samples_per_s_iqr=None, repeats=0, noisy=None)
-            result.update(samples_per_s_windows=None, time_other_ms=None)
+            result.update(samples_per_s_windows=None)
         return result
+
+
+def _run_hook(state: _Loop, hook, args, pauses: list, utilisation) -> tuple[dict, float]:
+    """Run ``hook(*args)`` off the clock. A hook that did something (returned a dict) leaves a
+    pause in ``pauses`` and the workers' refill in ``state``; returns what it returned and the
+    host seconds it paused for."""
+    if hook is None:
+        return {}, 0.0
+    active = utilisation.active if utilisation is not None else None
+    if utilisation is not None:
+        utilisation.active = False
+    host_start = time.perf_counter()
+    start = state.clock.mark()
+    extra = hook(*args)
+    if extra:
+        pauses.append((start, state.clock.mark()))
+        state.paused()
+    if utilisation is not None:
+        utilisation.active = active
+    return (extra, time.perf_counter() - host_start) if extra else ({}, 0.0)
 
 
 def measured_loop(
@@ -256,14 +428,18 @@ def measured_loop(
     log: StepLog,
     *,
     lr_of: Callable[[], float] | None = None,
+    before_step: Callable[[int, int, torch.Tensor, torch.Tensor], dict | None] | None = None,
     after_step: Callable[[int, int, torch.Tensor, torch.Tensor], dict | None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    utilisation=None,
 ) -> dict:
     """Run ``step_fn`` over ``loader`` and return the timing summary and status.
 
-    ``after_step(step, samples_seen, x, y)`` runs after each step, off the clock (validation,
-    noise-scale measurements); what it returns is added to that step's row. When
-    ``should_stop()`` then says so, the run ends there (``stopped_early`` in the result).
+    ``before_step(step, samples_seen, x, y)`` runs once the step's batch is there, before the
+    step (noise-scale measurements on a batch not yet trained on); ``after_step`` after the
+    step (validation). Both are off the clock; what they return is added to that step's row.
+    When ``should_stop()`` then says so, the run ends there (``stopped_early`` in the result).
+    ``utilisation`` (a ``measure.GpuUtilisation``) samples only during the measured steps.
     """
     planned = planned_steps(spec, len(loader))
     if planned <= spec.measure.warmup_steps:
@@ -271,46 +447,123 @@ def measured_loop(
             f"batch_size {loader.batch_size} gives {planned} steps, not more than the "
             f"{spec.measure.warmup_steps} warm-up steps: nothing would be measured"
         )
-    state = _Loop(spec, device, planned, log)
-    workers = spec.num_workers > 0
+    state = _Loop(spec, device, planned)
+    cuda = device.type == "cuda"
     bar = _progress(planned, f"{spec.mode} bs={loader.batch_size} nw={spec.num_workers}")
-    t_prev = t_ready = measure.device_clock(device)  # end of the last step, end of bookkeeping
+    state.clock.settle()
+    prev, t_prev = state.clock.mark(), time.perf_counter()  # the end of the last step
+    pauses: list = []  # spans off the clock inside the step under way
+    host_paused = 0.0  # their host seconds, from the last step's after-hook
     batches = _batches(loader, state.stamps)
     try:
-        for x, y in batches:
+        while True:
+            phase = state.next_phase()
+            if utilisation is not None:
+                utilisation.active = phase == "measured"
+            t_ready = time.perf_counter()
+            x, y = next(batches)
             t_data = time.perf_counter()
             state.stamps.setdefault("first_batch", t_data)
-            loss = step_fn(x, y, state.clock)
-            t_end = measure.device_clock(device)
-            # --- bookkeeping: on the clock (as "runner"), off the phases it reports ---
-            state.record(x, loss, t_prev, t_ready, t_data, t_end, lr_of)
-            bar.update()
-            done = state.status != "ok" or state.finished()
-            if done and workers:
-                state.workers_mb = measure.workers_pss_mb()  # the workers are still alive
-            t_prev = t_end
-            extra = (
-                after_step(state.step, state.samples_seen, x, y)
-                if after_step and not done
-                else None
+            extra, before_paused = _run_hook(
+                state, before_step, (state.step + 1, state.samples_seen, x, y), pauses, utilisation
             )
-            if extra:
-                log.rows[-1].update(extra)
-                t_prev = measure.device_clock(device)  # what the hook took is off the clock
+            loss = step_fn(x, y, NO_PHASES)
+            if cuda and loss is not None:  # read once its step has ended, never waited for
+                loss = _to_host(loss)
+            end, t_end = state.clock.mark(), time.perf_counter()
+            state.record(
+                _Step(
+                    phase=phase,
+                    samples=x.shape[0],
+                    start=prev,
+                    end=end,
+                    pauses=pauses,
+                    host_s=t_end - t_prev - host_paused - before_paused,
+                    data_wait_s=t_data - t_ready,
+                    loss=loss if cuda else _loss_value(loss),
+                    lr=lr_of() if lr_of else None,
+                    extra=extra,
+                )
+            )
+            prev, t_prev, pauses = end, t_end, []
+            bar.update()
+            state.poll()
+            done = state.status != "ok" or state.finished()
+            host_paused = 0.0
+            if not done:
+                extra, host_paused = _run_hook(
+                    state, after_step, (state.step, state.samples_seen, x, y), pauses, utilisation
+                )
+                state.steps[-1].extra.update(extra)
             if not done and should_stop is not None and should_stop():
                 done = state.stopped_early = True
-                if workers:
-                    state.workers_mb = measure.workers_pss_mb()
-            t_ready = time.perf_counter()
             if done:
                 break
+        if utilisation is not None:
+            utilisation.active = False
+        if _wants_diagnostics(state):
+            _diagnostic_steps(state, batches, step_fn, lr_of)
     except Exception as exc:  # noqa: BLE001 - only allocator failures are results
         if not measure.is_oom(exc):
             raise
         state.status, state.error = "oom", str(exc).strip().splitlines()[0][:500]
     finally:
+        if utilisation is not None:
+            utilisation.active = False
         batches.close()  # shuts the workers down
         bar.close()
     if state.status == "oom":
         measure.release_cached_memory(device)
-    return state.result()
+    seconds = state.settle()
+    last_loss = state.write_rows(log, seconds)
+    return state.result(seconds, last_loss)
+
+
+def _wants_diagnostics(state: _Loop) -> bool:
+    """Diagnostic steps follow a throughput run that ended well: a run towards a target keeps
+    its model as trained, and a trial of the largest-batch search needs no breakdown."""
+    spec = state.spec
+    return (
+        spec.measure.diagnostic_steps > 0
+        and state.status == "ok"
+        and not state.stopped_early
+        and spec.throughput_run
+        and spec.kind != "trial"
+    )
+
+
+def _diagnostic_steps(state: _Loop, batches: Iterator, step_fn: Callable, lr_of) -> None:
+    """``diagnostic_steps`` steps with the device synchronised at each end, their phases timed
+    apart (phase ``diagnostic`` in the steps CSV, in no window)."""
+    device = state.device
+    clock = PhaseClock(device, state.phases)
+    state.clock.settle()
+    prev, t_prev = state.clock.mark(), time.perf_counter()
+    for _ in range(state.measure.diagnostic_steps):
+        t_ready = time.perf_counter()
+        x, y = next(batches)
+        t_data = time.perf_counter()
+        loss = step_fn(x, y, clock)
+        measure.synchronize(device)
+        end, t_end = state.clock.mark(), time.perf_counter()
+        parts = {"runner": t_ready - t_prev, "data_wait": t_data - t_ready}
+        parts.update(clock.durations_s())
+        for name, seconds in parts.items():
+            state.sums[name] += seconds
+        state.diagnostic_s.append(t_end - t_prev)
+        step = _Step(
+            phase="diagnostic",
+            samples=x.shape[0],
+            start=prev,
+            end=end,
+            pauses=[],
+            host_s=t_end - t_prev,
+            data_wait_s=t_data - t_ready,
+            loss=_loss_value(loss),
+            lr=lr_of() if lr_of else None,
+        )
+        state.record(step)
+        state.poll()
+        prev, t_prev = end, t_end
+        if state.status != "ok":
+            break

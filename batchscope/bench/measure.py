@@ -114,23 +114,6 @@ def _read_rss_peak_mb() -> float:
     return peak / (_MB if os.uname().sysname == "Darwin" else 1024.0)
 
 
-def workers_pss_mb() -> float:
-    """Proportional set size of this process's children, in MB, read once.
-
-    No longer in the result (see :class:`HostMemory`): kept while ``batchscope.bench.loop``
-    still calls it.
-    """
-    import psutil
-
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            total += child.memory_full_info().pss / _MB
-        except (psutil.Error, AttributeError):
-            continue
-    return total
-
-
 def _descendants(pid: int) -> list[int]:
     """The processes ``pid`` forked, and theirs, recursively (Linux's ``task/*/children``;
     psutil elsewhere)."""
@@ -405,13 +388,15 @@ class GpuUtilisation:
     """Samples NVML's GPU utilisation in a background thread while measuring (CUDA only).
 
     Sampling every ``interval_s`` costs one NVML query per interval; without ``pynvml``
-    (nvidia-ml-py) or off CUDA, :attr:`mean_pct` stays None.
+    (nvidia-ml-py) or off CUDA, :attr:`mean_pct` stays None. Samples are kept only while
+    :attr:`active` is true (the measured loop sets it during its measured steps).
     """
 
     def __init__(self, device: torch.device, interval_s: float = 0.2):
         self.device = device
         self.interval_s = interval_s
         self.samples: list[float] = []
+        self.active = True
         self._stop = None
 
     @property
@@ -438,6 +423,8 @@ class GpuUtilisation:
 
         def sample() -> None:
             while not self._stop.wait(self.interval_s):
+                if not self.active:
+                    continue
                 self.samples.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
 
         self._thread = threading.Thread(target=sample, daemon=True)

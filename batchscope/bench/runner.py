@@ -63,10 +63,12 @@ def _meets_target(spec: RunSpec, row: dict) -> bool:
     return False
 
 
-def _convergence_hook(model, spec: RunSpec, device, val_loader, noise):
-    """Validation every ``eval_every_samples`` and noise-scale measurements every
-    ``noise_scale_every_steps``: both off the clock, recorded in the step's row. With
-    ``stop_at_target``, ``hook.reached()`` says whether the last evaluation met the target."""
+def _convergence_hooks(model, spec: RunSpec, device, val_loader, noise):
+    """Validation every ``eval_every_samples``, after the step that reaches it, and noise-scale
+    measurements every ``noise_scale_every_steps``, on that step's batch before its update
+    (a batch the model has just been updated on reads |G|² low): both off the clock, recorded
+    in the step's row. Returns (before_step, after_step); with ``stop_at_target``,
+    ``after_step.reached()`` says whether the last evaluation met the target."""
     from batchscope.bench.training import gradient_sq_norms
 
     train = spec.train
@@ -76,24 +78,46 @@ def _convergence_hook(model, spec: RunSpec, device, val_loader, noise):
 
     state = {"next_eval": train.eval_every_samples}
 
-    def hook(step: int, samples_seen: int, x: torch.Tensor, y: torch.Tensor) -> dict | None:
+    def validate(step: int, samples_seen: int, x: torch.Tensor, y: torch.Tensor) -> dict | None:
+        if val_loader is None or not state["next_eval"] or samples_seen < state["next_eval"]:
+            return None
         extra = {}
-        if val_loader is not None and state["next_eval"] and samples_seen >= state["next_eval"]:
-            extra["val_accuracy"], extra["val_loss"], _ = evaluate(model, val_loader, device, spec)
-            while state["next_eval"] <= samples_seen:
-                state["next_eval"] += train.eval_every_samples
-            state["reached"] = _meets_target(spec, extra)
-        if noise is not None and step % train.noise_scale_every_steps == 0:
-            xd, yd = to_device(x, y, device, spec)
-            small, big = gradient_sq_norms(
-                model, loss_fn, xd, yd, batch_small=noise.batch_small, chunk=spec.batch_size
-            )
-            noise.update(small, big)
-            extra["noise_sq_small"], extra["noise_sq_big"] = small, big
-        return extra or None
+        extra["val_accuracy"], extra["val_loss"], _ = evaluate(model, val_loader, device, spec)
+        while state["next_eval"] <= samples_seen:
+            state["next_eval"] += train.eval_every_samples
+        state["reached"] = _meets_target(spec, extra)
+        return extra
 
-    hook.reached = lambda: bool(state.get("reached"))
-    return hook
+    def measure_noise(step: int, samples_seen: int, x: torch.Tensor, y: torch.Tensor):
+        if noise is None or step % train.noise_scale_every_steps != 0:
+            return None
+        xd, yd = to_device(x, y, device, spec)
+        small, big = gradient_sq_norms(
+            model, loss_fn, xd, yd, batch_small=noise.batch_small, chunk=spec.batch_size
+        )
+        noise.update(small, big)
+        return {"noise_sq_small": small, "noise_sq_big": big}
+
+    validate.reached = lambda: bool(state.get("reached"))
+    return measure_noise, validate
+
+
+def noise_scale_unmeasurable(batch: int) -> dict:
+    """The noise-scale fields of a run whose effective batch cannot be split into two sizes."""
+    return {
+        "noise_scale_b_simple": None,
+        "noise_scale_ci95_low": None,
+        "noise_scale_ci95_high": None,
+        "noise_scale_grad_sq_norm": None,
+        "noise_scale_trace_cov": None,
+        "noise_scale_measurements": 0,
+        "noise_scale_batch_small": batch,
+        "noise_scale_batch_big": batch,
+        "noise_scale_unmeasured_reason": (
+            f"an effective batch of {batch} sample(s): the two-batch estimator needs a smaller "
+            "batch and a bigger one"
+        ),
+    }
 
 
 class _Training:
@@ -118,14 +142,19 @@ class _Training:
                 total_steps=planned_steps(spec, len(loader)),
                 decay=train.lr_decay,
             )
-        self.noise = self.hook = None
-        if train.noise_scale_every_steps:
+        self.noise = self.before = self.after = None
+        self.noise_fields = {}
+        big = spec.effective_batch_size
+        if train.noise_scale_every_steps and big < 2:
+            self.noise_fields = noise_scale_unmeasurable(big)
+        elif train.noise_scale_every_steps:
             from batchscope.core.convergence import GradientNoiseScale
 
-            big = spec.effective_batch_size
             self.noise = GradientNoiseScale(max(1, big // 4), big)
         if train.eval_every_samples or self.noise is not None:
-            self.hook = _convergence_hook(model, spec, device, self.eval_loader, self.noise)
+            self.before, self.after = _convergence_hooks(
+                model, spec, device, self.eval_loader, self.noise
+            )
         self.step_fn = train_step(runnable, self.optimizer, spec, device, scheduler)
 
     def _val_loaders(self, spec: RunSpec, device, val_data) -> None:
@@ -149,7 +178,8 @@ class _Training:
             self._validate(model, spec, device, result, rows)
         result.update(_target_fields(spec, rows))
         if self.noise is not None:
-            result.update(self.noise.summary())
+            result.update(self.noise.summary(), noise_scale_unmeasured_reason=None)
+        result.update(self.noise_fields)
 
     def _validate(self, model, spec: RunSpec, device, result: dict, rows: list[dict]) -> None:
         try:
@@ -213,8 +243,8 @@ def run(
     if spec.cpu_memory_budget_mb is not None and device.type == "cpu":
         measure.limit_cpu_memory(spec.cpu_memory_budget_mb)
     measure.reset_peak_memory(device)
-    hook = training.hook if training else None
-    stop = hook.reached if hook is not None and spec.train.stop_at_target else None
+    after = training.after if training else None
+    stop = after.reached if after is not None and spec.train.stop_at_target else None
     with measure.GpuUtilisation(device) as utilisation, host:
         result = measured_loop(
             loader,
@@ -223,13 +253,17 @@ def run(
             device,
             log,
             lr_of=training.lr_of if training else None,
-            after_step=hook,
+            before_step=training.before if training else None,
+            after_step=after,
             should_stop=stop,
+            utilisation=utilisation,
         )
     result["gpu_util_pct_mean"] = utilisation.mean_pct
-    result.pop("workers_pss_mb", None)  # the loop's one reading at its end: host has the peak
     result.update(measure.peak_memory(device, host))
-    result["compile_s"] = result["first_step_s"] if spec.compute.compile else None
+    # the first step from holding its batch: compilation and other first-call costs, without
+    # the worker start-up and the first batch's loading
+    first_compute_s = result.pop("first_step_compute_s")
+    result["compile_s"] = first_compute_s if spec.compute.compile else None
     result.update(lr=None, base_lr=None, lr_scaling=None, lr_warmup_steps=None)
     result["accumulation_steps"] = spec.accumulation_steps
     result["effective_batch_size"] = spec.effective_batch_size

@@ -68,6 +68,7 @@ class MeasureSpec:
     min_steps: int
     min_seconds: float
     peak_tflops: float | None
+    diagnostic_steps: int
 
 
 @dataclass(frozen=True)

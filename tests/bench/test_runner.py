@@ -21,6 +21,7 @@ def _data(n=96, value=None, seed=0):
 
 
 def _run(mode="train", batch_size=8, seed=0, data=None, accumulation_steps=1, **kw):
+    kw.setdefault("diagnostic_steps", 0)  # the tests about the breakdown ask for them
     seeding.seed_everything(seed, deterministic=True, compile=kw.get("compile", False))
     model = models.build_model("small_cnn", num_classes=4, in_channels=1)
     spec = make_spec(
@@ -41,7 +42,6 @@ def test_warmup_steps_are_logged_but_not_measured():
     assert result["measured_steps"] == 5
     assert result["measured_samples"] == 5 * 8
     measured = [s for s in steps if s["phase"] == "measured"]
-    assert result["measured_s"] == pytest.approx(sum(s["step_time_ms"] for s in measured) / 1e3)
     # three windows of the five measured steps (2, 2, 1): the median of their throughputs
     times = [s["step_time_ms"] / 1e3 for s in measured]
     rates = [16 / (times[0] + times[1]), 16 / (times[2] + times[3]), 8 / times[4]]
@@ -130,18 +130,28 @@ def test_window_stats_flags_a_noisy_series_and_not_a_steady_one():
     assert loop.window_stats([10] * 5, [0.01] * 5, repeats=1)["noisy"] is None
 
 
+def test_noisy_judges_three_windows_on_their_range():
+    # 1000, 909 and 833 samples/s: an 18% range, though IQR/median is only 9%
+    noisy = loop.window_stats([1000, 909, 833], [1.0, 1.0, 1.0], repeats=3)
+    assert noisy["samples_per_s"] == pytest.approx(909.0)
+    assert noisy["noisy"] is True
+    quiet = loop.window_stats([1000, 970, 950], [1.0, 1.0, 1.0], repeats=3)  # a 5% range
+    assert quiet["noisy"] is False
+
+
 @pytest.mark.parametrize("mode", ["train", "infer"])
-def test_time_breakdown_accounts_for_the_step_time(mode):
-    result, _ = _run(mode=mode, batch_size=32, data=_data(n=32 * 22), max_steps=20)
-    phases = loop.BREAKDOWN if mode == "train" else ("runner", "data_wait", *loop.INFER_PHASES)
-    parts = [result[f"time_{p}_ms"] for p in phases]
-    assert all(p >= 0 for p in parts)
-    assert sum(parts) == pytest.approx(result["step_time_ms_mean"], rel=0.05)
-    assert abs(result["time_other_ms"]) <= 0.05 * result["step_time_ms_mean"]
+def test_every_phase_is_timed_in_the_diagnostic_steps(mode):
+    result, steps = _run(mode=mode, max_steps=6, diagnostic_steps=3)
+    assert [s["phase"] for s in steps][-4:] == ["measured"] + ["diagnostic"] * 3
+    assert result["diagnostic_steps"] == 3 and result["measured_steps"] == 4
+    assert result["time_forward_ms"] > 0 and result["time_h2d_ms"] >= 0
     if mode == "train":
         assert result["time_backward_ms"] > 0 and result["time_optimizer_ms"] > 0
     else:
         assert result["time_backward_ms"] is None
+    plain, steps = _run(mode=mode, max_steps=6, diagnostic_steps=0)
+    assert "diagnostic" not in {s["phase"] for s in steps}
+    assert plain["time_forward_ms"] is None and plain["time_other_ms"] is None
 
 
 def test_infer_runs_past_one_pass_until_each_window_has_its_minimum_steps():
@@ -150,10 +160,9 @@ def test_infer_runs_past_one_pass_until_each_window_has_its_minimum_steps():
     assert len(steps) == 2 + 18
 
 
-def test_memory_dry_run_and_worker_startup_are_reported():
+def test_memory_dry_run_is_reported():
     result, _ = _run(max_steps=6)
     assert 0 < result["dry_run_peak_mem_mb"] <= result["peak_mem_mb"]
-    assert result["worker_startup_s"] >= 0 and result["time_to_first_batch_s"] > 0
 
 
 def test_bf16_autocast_and_channels_last_run_and_are_finite():
@@ -161,10 +170,18 @@ def test_bf16_autocast_and_channels_last_run_and_are_finite():
     assert result["status"] == "ok" and all(math.isfinite(s["loss"]) for s in steps)
 
 
-def test_compile_time_is_reported_apart_from_the_measured_steps(monkeypatch):
+def test_compile_time_leaves_out_the_first_batchs_wait(monkeypatch):
     monkeypatch.setattr(runner, "COMPILE_BACKEND", "eager")  # inductor needs a compiler and time
-    result, _ = _run(max_steps=8, compile=True)
-    assert result["status"] == "ok" and result["compile_s"] is not None
+    clock = _FakeTime()
+    monkeypatch.setattr(loop, "time", clock)
+    data = _SlowFirstItem(_data(), clock, seconds=5.0)  # loading the first batch takes 5 s
+    result, _ = _run(max_steps=8, compile=True, data=data)
+    assert result["status"] == "ok"
+    # the fake clock moves only while loading: the step itself takes no time on it
+    assert result["first_step_s"] == pytest.approx(5.0)
+    assert result["compile_s"] == pytest.approx(0.0)
+    plain, _ = _run(max_steps=8, data=_SlowFirstItem(_data(), clock, seconds=5.0))
+    assert plain["compile_s"] is None
 
 
 def test_accumulation_updates_once_per_effective_batch_with_the_scaled_lr():
@@ -203,10 +220,8 @@ def test_validation_during_training_is_off_the_clock_and_finds_the_target():
     assert [s["samples_seen"] for s in evaluated] == [24, 48, 72, 80]  # every 24, and the end
     assert result["target_reached"] is True and result["steps_to_target"] == 3
     assert result["seconds_to_target"] == pytest.approx(steps[2]["elapsed_s"])
-    # elapsed_s is time on the clock: the sum of the step times, evaluations excluded
-    assert steps[-1]["elapsed_s"] == pytest.approx(sum(s["step_time_ms"] for s in steps) / 1e3)
-    assert result["noise_scale_measurements"] == 4  # steps 2, 4, 6, 8 (not the last)
-    assert sum(s.get("noise_sq_big") is not None for s in steps) == 4
+    assert result["noise_scale_measurements"] == 5  # before the updates of steps 2, 4, ..., 10
+    assert [s["step"] for s in steps if s.get("noise_sq_big") is not None] == [2, 4, 6, 8, 10]
 
 
 def test_an_unreachable_target_is_reported_not_reached():
@@ -235,3 +250,218 @@ def test_evaluations_during_training_use_the_fixed_subset():
     during = [s["val_accuracy"] for s in steps if s.get("val_accuracy") is not None]
     assert len(during) == 3 and all((8 * a) == round(8 * a) for a in during)
     assert result["val_samples"] == 32
+
+
+# --- the clock, with fakes: what is timed, what is paused, what waits for the device -------
+
+
+class _FakeTime:
+    """A ``time`` module whose clock moves only when a test moves it."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _SlowFirstItem(torch.utils.data.Dataset):
+    """``data`` whose first item moves the fake clock by ``seconds``."""
+
+    def __init__(self, data, clock, seconds):
+        self.data, self.clock, self.seconds, self.first = data, clock, seconds, True
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        if self.first:
+            self.clock.now += self.seconds
+            self.first = False
+        return self.data[i]
+
+
+def _fake_loop(
+    monkeypatch, *, device=CPU, clock=None, step_s=0.010, before=None, after=None, workers=0, **kw
+):
+    """``measured_loop`` over 8-sample batches with a step that takes ``step_s`` on a fake clock
+    (its phases 1, 2, 3 and 4 ms in the diagnostic steps)."""
+    clock = clock or _FakeTime()
+    monkeypatch.setattr(loop, "time", clock)
+    kw.setdefault("diagnostic_steps", 0)
+    spec = make_spec("train", batch_size=8, num_workers=workers, **settings("train", **kw))
+    loader = torch.utils.data.DataLoader(_data(n=8 * 40), batch_size=8)  # the spec's workers
+    # only set how many steps a pause's prefetch reaches: the loader itself has none
+
+    def step_fn(x, y, phases):
+        phases.start()
+        for ms in (1, 2, 3, 4):  # h2d, forward, backward, optimizer
+            clock.now += ms / 1000.0
+            phases.mark()
+        clock.now += step_s - 0.010
+        return torch.tensor(1.0)
+
+    def hook(fn):
+        if fn is None:
+            return None
+
+        def run(step, seen, x, y):
+            out = fn(step)
+            if out:
+                clock.now += 1.0  # a 1 s pause off the clock
+            return out
+
+        return run
+
+    log = loop.StepLog()
+    result = loop.measured_loop(
+        loader, step_fn, spec, device, log, before_step=hook(before), after_step=hook(after)
+    )
+    return result, log.rows
+
+
+def test_a_pause_for_validation_or_noise_is_in_no_steps_time(monkeypatch):
+    every_3rd = lambda step: {"val_accuracy": 0.5} if step % 3 == 0 else None  # noqa: E731
+    for hooks in ({}, {"before": every_3rd}, {"after": every_3rd}):
+        result, steps = _fake_loop(monkeypatch, max_steps=12, **hooks)
+        assert [s["step_time_ms"] for s in steps] == pytest.approx([10.0] * 12)
+        assert steps[-1]["elapsed_s"] == pytest.approx(0.120)
+        assert result["samples_per_s"] == pytest.approx(800.0)
+
+
+def test_steps_whose_batches_were_prefetched_during_a_pause_are_left_out(monkeypatch):
+    # 2 workers × prefetch 2: the step with the pause inside and the 4 after it are out
+    at_5 = lambda step: {"noise_sq_big": 1.0} if step == 5 else None  # noqa: E731
+    _, steps = _fake_loop(monkeypatch, max_steps=14, before=at_5, workers=2)
+    phases = [s["phase"] for s in steps]
+    assert phases == ["warmup"] * 2 + ["measured"] * 2 + ["after_pause"] * 5 + ["measured"] * 5
+    # without workers nothing is prefetched: only the step the pause fell in
+    _, steps = _fake_loop(monkeypatch, max_steps=8, before=at_5)
+    assert [s["phase"] for s in steps][3:6] == ["measured", "after_pause", "measured"]
+
+
+def test_diagnostic_steps_time_the_phases_outside_the_windows(monkeypatch):
+    result, steps = _fake_loop(monkeypatch, max_steps=6, step_s=0.012, diagnostic_steps=3)
+    assert [s["phase"] for s in steps][-3:] == ["diagnostic"] * 3
+    assert result["measured_steps"] == 4 and result["steps_run"] == 9
+    assert [result[f"time_{p}_ms"] for p in loop.TRAIN_PHASES] == pytest.approx([1, 2, 3, 4])
+    assert result["time_other_ms"] == pytest.approx(2.0)
+    assert result["time_runner_ms"] == result["time_data_wait_ms"] == 0.0
+
+
+def test_worker_startup_is_the_time_to_create_the_iterator(monkeypatch):
+    clock = _FakeTime()
+
+    class SlowStart(torch.utils.data.DataLoader):
+        def __iter__(self):
+            clock.now += 2.0
+            return super().__iter__()
+
+    monkeypatch.setattr(loop, "time", clock)
+    spec = make_spec("train", batch_size=8, **settings("train", max_steps=4, diagnostic_steps=0))
+    loader = SlowStart(_data(), batch_size=8)
+    result = loop.measured_loop(loader, lambda x, y, c: None, spec, CPU, loop.StepLog())
+    assert result["worker_startup_s"] == pytest.approx(2.0)
+    assert result["time_to_first_batch_s"] == pytest.approx(2.0)
+    assert result["first_step_s"] == pytest.approx(2.0)  # the first step pays it
+
+
+class _FakeEvent:
+    """torch.cuda.Event on the fake clock: the time the stream reached it."""
+
+    clock = None
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = self.clock.now
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1000.0
+
+
+def test_on_cuda_the_measured_steps_never_wait_for_the_device(monkeypatch):
+    syncs = []
+    monkeypatch.setattr(loop.measure, "synchronize", lambda device: syncs.append(device))
+    monkeypatch.setattr(loop.measure, "peak_memory", lambda device: {"peak_mem_mb": 1.0})
+    monkeypatch.setattr(loop, "_to_host", lambda loss: loss)  # no pinned memory here
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    _FakeEvent.clock = clock = _FakeTime()
+    cuda = torch.device("cuda")
+    result, steps = _fake_loop(monkeypatch, device=cuda, clock=clock, max_steps=30)
+    # one synchronisation before the loop and one after it, none per step
+    assert len(steps) == 2 + 3 * 5 and len(syncs) == 2
+    assert [s["step_time_ms"] for s in steps] == pytest.approx([10.0] * len(steps))
+    assert result["samples_per_s"] == pytest.approx(800.0)
+    syncs.clear()
+    result, steps = _fake_loop(
+        monkeypatch, device=cuda, clock=clock, max_steps=30, diagnostic_steps=4
+    )
+    assert len(syncs) == 2 + 1 + 4  # and one per diagnostic step, after the windows
+    assert result["time_backward_ms"] == pytest.approx(3.0)
+
+
+def test_gpu_utilisation_is_sampled_only_in_measured_steps(monkeypatch):
+    class Utilisation:
+        active = True
+
+    util = Utilisation()
+    states = []
+    clock = _FakeTime()
+    monkeypatch.setattr(loop, "time", clock)
+    spec = make_spec("train", **settings("train", max_steps=6, diagnostic_steps=2))
+    loader = torch.utils.data.DataLoader(_data(), batch_size=8)
+
+    def step_fn(x, y, phases):
+        states.append(util.active)
+        clock.now += 0.01
+
+    loop.measured_loop(loader, step_fn, spec, CPU, loop.StepLog(), utilisation=util)
+    assert states == [False, False, True, True, True, True, False, False]
+    assert util.active is False
+
+
+def test_noise_scale_is_measured_on_a_batch_before_its_update(monkeypatch):
+    from batchscope.bench import training
+
+    def checksum(model):
+        return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+    before_updates = []  # (batch, parameters) as each update found them
+    real_train_step = runner.train_step
+
+    def train_step(model, *args, **kwargs):
+        step = real_train_step(model, *args, **kwargs)
+
+        def spied(x, y, clock):
+            before_updates.append((float(x.sum()), checksum(model)))
+            return step(x, y, clock)
+
+        return spied
+
+    measured_on = []
+    real_norms = training.gradient_sq_norms
+
+    def spy(model, loss_fn, x, y, **kwargs):
+        measured_on.append((float(x.sum()), checksum(model)))
+        return real_norms(model, loss_fn, x, y, **kwargs)
+
+    monkeypatch.setattr(runner, "train_step", train_step)
+    monkeypatch.setattr(training, "gradient_sq_norms", spy)
+    result, _ = _run(max_steps=6, noise_scale_every_steps=2, lr=0.5)
+    assert result["noise_scale_measurements"] == 3
+    # each measurement saw a batch and the parameters the next update had not yet changed
+    assert measured_on == [before_updates[1], before_updates[3], before_updates[5]]
+
+
+def test_an_effective_batch_of_one_records_the_noise_scale_as_unmeasurable():
+    result, _ = _run(batch_size=1, data=_data(n=16), max_steps=6, noise_scale_every_steps=2)
+    assert result["status"] == "ok"
+    assert result["noise_scale_measurements"] == 0 and result["noise_scale_b_simple"] is None
+    assert "effective batch of 1" in result["noise_scale_unmeasured_reason"]
+    measured, _ = _run(max_steps=6, noise_scale_every_steps=2)
+    assert measured["noise_scale_unmeasured_reason"] is None

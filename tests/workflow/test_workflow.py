@@ -65,7 +65,7 @@ TINY = {
     "batch_sizes": [7, 50],
     "num_workers": [0, 1],
     "seeds": [0],
-    "measure": {"warmup_steps": 2, **ONE_ROUND},
+    "measure": {"warmup_steps": 2, "diagnostic_steps": 3, **ONE_ROUND},
     "train": {"max_steps": 8, "lr": 0.02},
     "infer": {"max_steps": 8},
 }
@@ -181,14 +181,15 @@ def test_each_run_measures_exactly_its_batch_size_after_warmup(fmnist_run):
     steps = pd.read_csv(
         workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0_round1.steps.csv"
     )
-    assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 6
-    assert list(steps["samples_seen"]) == [7 * i for i in range(1, 9)]
+    # the phases are timed in 3 diagnostic steps after max_steps, never in the windows
+    assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 6 + ["diagnostic"] * 3
+    assert list(steps["samples_seen"]) == [7 * i for i in range(1, 12)]
     run = workdir / "results/runs/train/small_cnn/bs7_acc1_nw1_seed0_round1.json"
     result = json.loads(run.read_text())
     assert result["measured_samples"] == 42 and result["batch_size"] == 7
     assert result["pythonhashseed"] == "0" and result["deterministic"] is True
     curves = pd.read_csv(workdir / "results" / "curves.csv")
-    assert len(curves) == 8 * 8
+    assert len(curves) == 8 * (8 + 3)
 
 
 @needs_fmnist
