@@ -521,14 +521,15 @@ def measured_loop(
 
 def _wants_diagnostics(state: _Loop) -> bool:
     """Diagnostic steps follow a throughput run that ended well: a run towards a target keeps
-    its model as trained, and a trial of the largest-batch search needs no breakdown."""
+    its model as trained, and neither a trial of the largest-batch search nor the compute-only
+    ceiling (whose input is ready on the device) needs a breakdown."""
     spec = state.spec
     return (
         spec.measure.diagnostic_steps > 0
         and state.status == "ok"
         and not state.stopped_early
         and spec.throughput_run
-        and spec.kind != "trial"
+        and spec.kind == "bench"
     )
 
 
