@@ -22,8 +22,22 @@ snakemake -s "$repo/Snakefile" --directory "$out" --configfile "$repo/config/gpu
 python - "$out/results/summary.csv" <<'PY'
 import sys
 import pandas as pd
-cols = ["mode", "batch_size", "num_workers", "status", "samples_per_s", "step_time_ms_p50",
-        "peak_mem_mb", "cuda_max_reserved_mb", "data_wait_frac", "val_accuracy"]
+cols = ["mode", "batch_size", "num_workers", "round", "status", "samples_per_s",
+        "step_time_ms_p50", "data_wait_frac", "peak_mem_mb", "cuda_max_reserved_mb",
+        "cuda_peak_device_mb", "math_mode", "peak_tflops", "mfu", "gpu_util_pct_mean",
+        "foreign_cpu_frac"]
 print(pd.read_csv(sys.argv[1])[cols].to_string(index=False))
 PY
 cat "$out/results/recommendation.md"
+# issue 12: the largest-batch search on the device (reserved memory + context against the
+# device's total; batch 1, which BatchNorm refuses in training, is a result, not a crash)
+snakemake -s "$repo/Snakefile" --directory "$out-search" --configfile "$repo/config/gpu_check.yaml" \
+    --config batch_sizes=auto --cores "$(nproc)" results/maxbatch/train/resnet18.json
+python - "$out-search/results/maxbatch/train/resnet18.json" <<'PY'
+import json, sys
+found = json.load(open(sys.argv[1]))
+print(found["summary"])
+for t in found["trials"]:
+    print({k: t.get(k) for k in ("batch_size", "fits", "status", "cuda_max_allocated_mb", "cuda_peak_device_mb",
+                                 "cuda_max_reserved_mb", "peak_mem_mb")})
+PY
