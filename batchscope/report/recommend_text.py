@@ -191,7 +191,7 @@ def _noise_caveat(rec: Mapping[str, Any], other: Mapping[str, Any]) -> str | Non
 
 def workers_text(rec: Mapping[str, Any]) -> str:
     """Whether more DataLoader workers helped at the recommended batch size, with the change in
-    throughput and in data wait: 'Workers helped: 2 workers: +35.0% samples/s over 0 at batch
+    throughput and in data wait: 'Workers helped: 2 workers: +35.0% samples/s against 0 at batch
     32; data wait 17.0% → 0.5% of the step time.'"""
     best, compared = rec["best"], rec["workers"]
     batch = best["batch_size"]
@@ -201,20 +201,21 @@ def workers_text(rec: Mapping[str, Any]) -> str:
             "more workers help was not measured."
         )
     if compared["fewest"] is not None:
-        base = compared["fewest"]
-        change = _throughput(best) / _throughput(base) - 1
-        caveat = _noise_caveat(rec, base)
-        helped = change > 0 and (caveat is None or not caveat.startswith("within"))
-        head = "Workers helped" if helped else "More workers did not clearly help"
-        first, second = base, best
+        first, second = compared["fewest"], best
     else:
-        more = compared["more"]
-        change = _throughput(more) / _throughput(best) - 1
-        caveat = _noise_caveat(rec, more)
-        head = "More workers did not help"
-        first, second = best, more
+        first, second = best, compared["more"]
+    change = _throughput(second) / _throughput(first) - 1
+    caveat = _noise_caveat(rec, second if second is not best else first)
+    if caveat is None:
+        helped = change > 0 and second is best
+        head = "Workers helped" if helped else "More workers did not help"
+    elif caveat.startswith("within"):
+        head = "More workers did not clearly help"
+    else:
+        head = "Whether more workers help is not known"
+    workers = second["num_workers"]
     text = (
-        f"{head}: {second['num_workers']} workers: {change:+.1%} samples/s against "
+        f"{head}: {workers} worker{'s' * (workers != 1)}: {change:+.1%} samples/s against "
         f"{first['num_workers']} at batch {batch}"
     )
     if caveat:
@@ -314,10 +315,10 @@ def notes(rec: Mapping[str, Any]) -> list[str]:
     top = rec["best_accuracy"]
     if top:
         slower = 100 * (1 - top["samples_per_s"] / best["samples_per_s"])
+        than = f"{abs(slower):.1f}% {'slower' if slower >= 0 else 'faster'} than"
         found.append(
             f"Best validation accuracy is at {config_text(top)}: {_quality(top)}; "
-            f"{top['samples_per_s']:.1f} samples/s, {slower:.1f}% slower than the recommended "
-            "point."
+            f"{top['samples_per_s']:.1f} samples/s, {than} the recommended point."
         )
     if rec["env_mismatch_runs"]:
         found.append(

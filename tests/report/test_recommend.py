@@ -582,3 +582,17 @@ def test_skipped_images_are_in_the_recommendation():
 
     clean = only(recommend.recommend(pd.DataFrame(rounds(32, 0, 500.0) + rounds(64, 0, 400.0))))
     assert not [n for n in clean["notes"] if "unreadable" in n]
+
+
+def test_one_run_per_point_calls_faster_workers_neither_a_help_nor_not_and_says_faster():
+    summary = pd.DataFrame(
+        [run(32, 0, 500.0, round=1), run(32, 1, 900.0, round=1, val_accuracy=0.9)]
+    )
+    rec = only(recommend.recommend(summary))
+    assert rec["verdict"]["verdict"] == "too_noisy"
+    # the pick from a too-noisy group need not be the fastest: the note says "faster"
+    assert "900.0 samples/s, 80.0% faster than the recommended point." in rec["notes"][-1]
+    assert rec["notes"][0].startswith(
+        "Whether more workers help is not known: 1 worker: +80.0% samples/s against 0 at batch "
+        "32 (one run per point: the run-to-run noise is unknown)"
+    )
