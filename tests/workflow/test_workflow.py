@@ -310,6 +310,8 @@ def test_corrupt_image_is_skipped_counted_and_logged(tmp_path):
     assert row["status"] == "ok" and row["images_skipped"] == 1
     assert row["measured_samples"] == 4 * 2  # 12 readable images: 3 steps, 1 of them warm-up
     assert "broken.png" in (tmp_path / "logs" / "download" / "imagefolder.log").read_text()
+    recommendation = (tmp_path / "results" / "recommendation.md").read_text()
+    assert "Data: 1 unreadable image in the image folder was skipped in every run" in recommendation
 
 
 def test_checksum_mismatch_fails_the_download_and_leaves_no_dataset(tmp_path):
