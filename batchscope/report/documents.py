@@ -6,18 +6,29 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
+#: The page's style. The Snakemake report shows a document in a frame about 900 px wide at a
+#: 1,280 px window, so a wide table must fit it: headers break after their underscores (see
+#: ``html_table``), long cells anywhere, and a table still wider scrolls inside its own box,
+#: never the page.
 CSS = """
-body { font-family: sans-serif; max-width: 72em; margin: 2em auto; line-height: 1.4; }
-table { border-collapse: collapse; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
-th { background: #f0f0f0; }
+body { font-family: sans-serif; max-width: 72em; margin: 1em auto; padding: 0 0.5em;
+       line-height: 1.4; }
+div.table { max-width: 100%; overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.3em; text-align: right;
+         overflow-wrap: break-word; }
+th { background: #f0f0f0; overflow-wrap: normal; }
 p.rec { font-size: 1.1em; }
 """
+
+#: A header cell of ``DataFrame.to_html``.
+_HEADER_CELL = re.compile(r"<th>(.*?)</th>", re.S)
 
 
 def markdown_table(table: pd.DataFrame) -> str:
@@ -32,8 +43,11 @@ def markdown_table(table: pd.DataFrame) -> str:
 
 
 def html_table(table: pd.DataFrame) -> str:
-    """``table`` as an HTML table, its cells escaped."""
-    return table.to_html(index=False, border=0, escape=True)
+    """``table`` as an HTML table in a ``div.table`` box, its cells escaped; a header may break
+    after each underscore (``step_time_ms_p50`` takes the width of ``step_``, not the whole)."""
+    text = table.to_html(index=False, border=0, escape=True)
+    text = _HEADER_CELL.sub(lambda m: "<th>" + m.group(1).replace("_", "_<wbr>") + "</th>", text)
+    return f'<div class="table">\n{text}\n</div>'
 
 
 def html_page(title: str, body: Iterable[str]) -> str:

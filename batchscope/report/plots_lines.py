@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -127,6 +128,7 @@ def val_accuracy_figure(summary: pd.DataFrame) -> Figure:
         "validation accuracy (fraction)",
         "Validation accuracy",
         NO_TRAIN_RUNS,
+        dodge=True,  # the worker count does not change what is learnt: equal lines
     )
 
 
@@ -141,6 +143,7 @@ def _metric_figure(
     maxbatch: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     ceiling: str | None = None,
     marks=None,
+    dodge: bool = False,
 ) -> Figure:
     """``y`` vs batch size, one line per num_workers, one panel per mode x model.
 
@@ -148,6 +151,8 @@ def _metric_figure(
     are several; with ``iqr`` a single seed's bars are ± half of that column. ``maxbatch`` maps
     (mode, model) to a largest-batch search result, drawn on its panel (``_draw_search``).
     ``ceiling`` names a column drawn as a dashed black line: the compute-only ceiling.
+    With ``dodge``, each worker count's line is shifted a little along x (``_dodge_factors``),
+    so that equal values side by side do not hide one another.
     """
     summary = aggregate.with_grid_defaults(summary)
     grouped = panels(summary, PANEL_KEYS)
@@ -163,7 +168,8 @@ def _metric_figure(
         if points.empty:
             ax.text(0.5, 0.6, "no successful runs", ha="center", transform=ax.transAxes)
         else:
-            handles = _draw_lines(ax, points, y, colours, mark_noisy=iqr is not None)
+            shift = _dodge_factors(points) if dodge else None
+            handles = _draw_lines(ax, points, y, colours, mark_noisy=iqr is not None, shift=shift)
             if marks is not None:
                 handles += marks(ax, key, points, y)
         if ceiling and ceiling in rows and rows[ceiling].notna().any():
@@ -217,8 +223,24 @@ def _line_points(rows: pd.DataFrame, y: str, iqr: str | None = None) -> pd.DataF
     return pd.DataFrame(points, columns=columns)
 
 
-def _draw_lines(ax, points: pd.DataFrame, y: str, colours, mark_noisy: bool) -> list[Line2D]:
-    """One line per worker count with error bars; with ``mark_noisy``, noisy points hollow.
+def _dodge_factors(points: pd.DataFrame) -> dict[int, float]:
+    """Per worker count, the factor its batch sizes are drawn at: side by side around the true
+    batch size on the log2 axis, a few hundredths of the axis apart and all within its margin
+    (the axis reaches 1.4x beyond the batch sizes)."""
+    workers = sorted(points["num_workers"].unique())
+    if len(workers) < 2:
+        return {int(w): 1.0 for w in workers}
+    octaves = np.log2(points["batch_size"].max() / points["batch_size"].min())
+    step = min(0.035 * max(octaves, 3.0), 0.6 / (len(workers) - 1))
+    middle = (len(workers) - 1) / 2
+    return {int(w): float(2 ** (step * (i - middle))) for i, w in enumerate(workers)}
+
+
+def _draw_lines(
+    ax, points: pd.DataFrame, y: str, colours, mark_noisy: bool, shift=None
+) -> list[Line2D]:
+    """One line per worker count with error bars; with ``mark_noisy``, noisy points hollow;
+    ``shift`` maps a worker count to the factor its x values are drawn at (``_dodge_factors``).
     Returns legend handles."""
     handles = []
     if not mark_noisy:
@@ -227,6 +249,7 @@ def _draw_lines(ax, points: pd.DataFrame, y: str, colours, mark_noisy: bool) -> 
         label = str(workers)
         color = colours[label]
         x, values = line["batch_size"].to_numpy(), line[y].to_numpy(dtype=float)
+        x = x * (shift or {}).get(int(workers), 1.0)
         ax.plot(x, values, color=color, linewidth=1.6, label=label, gid=f"workers={label}")
         if (line["spread"].notna()).any():
             ax.errorbar(

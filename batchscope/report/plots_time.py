@@ -42,6 +42,18 @@ BREAKDOWN_PARTS = (
 )
 STEP_TIME = "step_time_ms_mean"
 
+#: Each part's colour, by its index in seaborn's "colorblind" palette: no two alike (the palette
+#: in order gave data wait and forward two near-identical oranges), data wait the orange.
+BREAKDOWN_COLOURS = {
+    "runner": 7,  # grey
+    "data wait": 1,  # orange
+    "host-to-device copy": 8,  # yellow
+    "forward": 0,  # blue
+    "backward": 4,  # pink
+    "optimizer": 2,  # green
+    "other": 5,  # brown
+}
+
 NO_BREAKDOWN = "no step-time breakdown in these results"
 
 
@@ -139,13 +151,8 @@ def breakdown_figure(summary: pd.DataFrame) -> Figure:
     ok = summary[summary["status"] == "ok"]
     if not columns or ok[columns].apply(pd.to_numeric).isna().all(axis=None):
         return placeholder_figure(NO_BREAKDOWN, title)
-    colors = dict(
-        zip(
-            [label for label, _ in BREAKDOWN_PARTS],
-            sns.color_palette("colorblind", len(BREAKDOWN_PARTS)),
-            strict=True,
-        )
-    )
+    palette = sns.color_palette("colorblind")
+    colors = {label: palette[BREAKDOWN_COLOURS[label]] for label, _ in BREAKDOWN_PARTS}
     fig, axes = subplots(len(grouped), width=5.6, height=4.2)
     handles: dict[str, Any] = {}
     for ax, (key, rows) in zip(axes, grouped, strict=True):

@@ -49,11 +49,13 @@ from batchscope.report.recommend_pages import evidence, render_html, render_mark
 from batchscope.report.recommend_points import (
     absent_points,
     env_mismatches,
+    images_skipped,
     point_dict,
     pooled_points,
     prepare,
     sorted_sizes,
     stall_fixes,
+    worker_comparison,
 )
 from batchscope.report.recommend_target import time_to_target
 from batchscope.report.recommend_text import notes, sentence
@@ -84,6 +86,8 @@ def recommend(
     largest_ok_batch_size; oom_batch_sizes; diverged_batch_sizes; absent_points (failed or
     missing grid points: batch_size, num_workers, seed, status, error); stall_fixes (input-bound
     configurations at the best's batch size whose stall the best's worker count removed);
+    workers (``worker_comparison``: the best against fewer and more workers at its batch size);
+    images_skipped (unreadable images the image folder's index left out, else 0);
     best_accuracy (train, only when another configuration than the best); env_mismatch_runs;
     evidence (one dict per run); recommendation (a sentence); notes (more sentences);
     time_to_target (see ``time_to_target``; None unless ``convergence``, the convergence
@@ -154,6 +158,8 @@ def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> 
         "diverged_batch_sizes": sorted_sizes(rows, "diverged"),
         "absent_points": absent_points(rows),
         "stall_fixes": stall_fixes(points, best) if best else [],
+        "workers": worker_comparison(points, best) if best else None,
+        "images_skipped": images_skipped(rows),
         "best_accuracy": best_accuracy,
         "env_mismatch_runs": env_mismatches(rows),
         "evidence": evidence(rows, best, runner_up, best_accuracy),

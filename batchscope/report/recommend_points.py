@@ -192,6 +192,30 @@ def stall_fixes(points: pd.DataFrame, best: Mapping[str, Any]) -> list[dict[str,
     return fixes
 
 
+def worker_comparison(points: pd.DataFrame, best: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Whether workers helped, at the best's batch size: ``fewest`` is the point with the fewest
+    workers when the best has more, and ``more`` the fastest with more workers than the best
+    (each a ``point_dict``, or None). None when no other worker count ran at that batch size."""
+    same = points[points["batch_size"] == best["batch_size"]]
+    fewer = same[same["num_workers"] < best["num_workers"]].sort_values("num_workers")
+    more = same[same["num_workers"] > best["num_workers"]]  # fastest first, as ``points``
+    if fewer.empty and more.empty:
+        return None
+    return {
+        "fewest": point_dict(fewer.iloc[0]) if len(fewer) else None,
+        "more": point_dict(more.iloc[0]) if len(more) else None,
+    }
+
+
+def images_skipped(rows: pd.DataFrame) -> int:
+    """Unreadable images an image folder's index left out (every run reads the same index, so
+    the largest count over the runs); 0 for other datasets and results without the column."""
+    if "images_skipped" not in rows:
+        return 0
+    counts = pd.to_numeric(rows["images_skipped"], errors="coerce").dropna()
+    return int(counts.max()) if len(counts) else 0
+
+
 def env_mismatches(rows: pd.DataFrame) -> int:
     """Runs measured in another environment (rows without a result have no fingerprint)."""
     if "env_matches_capture" not in rows:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -466,3 +467,41 @@ def test_the_throughput_figure_marks_the_pick_its_tie_set_and_the_eliminated_poi
     plain = plots_lines.throughput_figure(summary)
     assert not any(c.get_gid() in ("pick", "tie_set", "eliminated") for a in plain.axes
                    for c in a.collections)  # fmt: skip
+
+
+def _cielab(rgb) -> np.ndarray:
+    """An sRGB colour (0-1) in CIELAB (D65): Euclidean distance there is the CIE76 ΔE, about
+    2.3 for a just noticeable difference."""
+    linear = np.array(rgb[:3], dtype=float)
+    linear = np.where(linear > 0.04045, ((linear + 0.055) / 1.055) ** 2.4, linear / 12.92)
+    to_xyz = np.array(
+        [[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]
+    )
+    xyz = to_xyz @ linear / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_breakdown_parts_have_clearly_different_colours():
+    summary = pd.DataFrame([breakdown_rows("train", b, w) for b in (16, 64) for w in (0, 2)])
+    ax = plots_time.breakdown_figure(summary).axes[0]
+    colours = {bars.get_label(): bars.patches[0].get_facecolor() for bars in ax.containers}
+    assert len(colours) == len(plots_time.BREAKDOWN_PARTS)
+    # the palette in order gave "data wait" and "forward" two oranges 25.6 ΔE apart
+    for (a, ca), (b, cb) in itertools.combinations(colours.items(), 2):
+        assert np.linalg.norm(_cielab(ca) - _cielab(cb)) > 30, (a, b)
+
+
+def test_equal_validation_accuracies_of_two_worker_counts_stay_visible_side_by_side():
+    summary = sweep(modes=("train",), sizes=(8, 64))  # every val_accuracy is 0.6
+    ax = plots_lines.val_accuracy_figure(summary).axes[0]
+    zero, two = _line(ax, 0), _line(ax, 2)
+    assert list(zero.get_ydata()) == list(two.get_ydata()) == [0.6, 0.6]
+    # drawn apart along x, so neither line covers the other, each still near its batch size
+    assert all(a < b for a, b in zip(zero.get_xdata(), two.get_xdata(), strict=True))
+    for line in (zero, two):
+        assert np.allclose(line.get_xdata(), [8, 64], rtol=0.15)
+        assert ax.get_xlim()[0] < min(line.get_xdata()) and max(line.get_xdata()) < ax.get_xlim()[1]
+    # the throughput figure is not shifted
+    throughput = plots_lines.throughput_figure(summary).axes[0]
+    assert list(_line(throughput, 0).get_xdata()) == list(_line(throughput, 2).get_xdata())

@@ -516,3 +516,83 @@ def test_each_accumulation_value_gets_its_own_recommendation_and_findings(tmp_pa
     # each section's time to target comes from its own accumulation's findings
     assert "batch size 256 at learning rate 0.2" in ttt_part(parts[0])
     assert "batch size 256 (128 × 2 accumulated) at learning rate 0.2" in ttt_part(parts[1])
+
+
+def test_an_unremoved_input_stall_is_said_in_a_whole_sentence():
+    summary = pd.DataFrame(
+        rounds(64, 0, 800.0, data_wait=0.6) + rounds(64, 2, 900.0, data_wait=0.4)
+    )
+    diagnosis = next(n for n in only(recommend.recommend(summary))["notes"] if "Diagnosis" in n)
+    assert diagnosis.endswith(
+        "no larger worker count measured removed the stall (more workers or a cheaper input "
+        "pipeline may help)."
+    )
+
+
+def test_the_first_notes_say_plainly_that_workers_helped_and_what_limits():
+    summary = pd.DataFrame(
+        rounds(32, 0, 500.0, data_wait=0.17)
+        + rounds(32, 2, 700.0, data_wait=0.005)
+        + rounds(64, 0, 400.0, data_wait=0.3)
+    )
+    rec = only(recommend.recommend(summary))
+    assert rec["notes"][:2] == [
+        "Workers helped: 2 workers: +40.0% samples/s against 0 at batch 32; "
+        "data wait 17.0% → 0.5% of the step time.",
+        "Limit: the model's compute, not the input pipeline (data wait 0.5% of the step time).",
+    ]
+
+
+def test_more_workers_that_ran_slower_did_not_help_and_an_input_bound_pick_says_so():
+    summary = pd.DataFrame(
+        rounds(32, 0, 500.0, data_wait=0.3) + rounds(32, 2, 450.0, data_wait=0.25)
+    )
+    rec = only(recommend.recommend(summary))
+    assert rec["notes"][:2] == [
+        "More workers did not help: 2 workers: -10.0% samples/s against 0 at batch 32; "
+        "data wait 30.0% → 25.0% of the step time.",
+        "Limit: the input pipeline: the model waits for data 30.0% of the step time (over 20.0%).",
+    ]
+
+
+def test_workers_within_the_noise_or_unmeasured_are_not_called_a_help():
+    tied = pd.DataFrame(rounds(32, 0, 500.0, spread=0.05) + rounds(32, 2, 505.0, spread=0.05))
+    rec = only(recommend.recommend(tied))
+    assert rec["verdict"]["verdict"] == "tie"
+    assert "within the run-to-run noise: tied" in rec["notes"][0]
+    assert "helped:" not in rec["notes"][0]
+
+    alone = pd.DataFrame(rounds(32, 0, 500.0) + rounds(64, 2, 400.0))
+    assert only(recommend.recommend(alone))["notes"][0] == (
+        "Workers: only num_workers=0 ran at batch 32, so whether more workers help was not "
+        "measured."
+    )
+
+
+def test_skipped_images_are_in_the_recommendation():
+    summary = pd.DataFrame(rounds(32, 0, 500.0, images_skipped=2) + rounds(64, 0, 400.0))
+    rec = only(recommend.recommend(summary, answer=None), mode="train")
+    assert rec["images_skipped"] == 2
+    skipped = [n for n in rec["notes"] if "unreadable" in n]
+    assert skipped == [
+        "Data: 2 unreadable images in the image folder were skipped in every run, so the "
+        "throughput is over the readable ones (each is named in logs/download/imagefolder.log)."
+    ]
+    assert skipped[0] in recommend_pages.render_markdown([rec], ENV)
+
+    clean = only(recommend.recommend(pd.DataFrame(rounds(32, 0, 500.0) + rounds(64, 0, 400.0))))
+    assert not [n for n in clean["notes"] if "unreadable" in n]
+
+
+def test_one_run_per_point_calls_faster_workers_neither_a_help_nor_not_and_says_faster():
+    summary = pd.DataFrame(
+        [run(32, 0, 500.0, round=1), run(32, 1, 900.0, round=1, val_accuracy=0.9)]
+    )
+    rec = only(recommend.recommend(summary))
+    assert rec["verdict"]["verdict"] == "too_noisy"
+    # the pick from a too-noisy group need not be the fastest: the note says "faster"
+    assert "900.0 samples/s, 80.0% faster than the recommended point." in rec["notes"][-1]
+    assert rec["notes"][0].startswith(
+        "Whether more workers help is not known: 1 worker: +80.0% samples/s against 0 at batch "
+        "32 (one run per point: the run-to-run noise is unknown)"
+    )

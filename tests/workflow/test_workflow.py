@@ -133,19 +133,7 @@ def test_malformed_config_stops_before_any_job_with_one_line(tmp_path, key, valu
     assert not (tmp_path / "results").exists() and not (tmp_path / "resources").exists()
 
 
-@pytest.fixture(scope="module")
-def fmnist_run(tmp_path_factory):
-    """The tiny sweep on real Fashion-MNIST, then the HTML report."""
-    if not DEBIAN_FMNIST.is_dir():
-        pytest.skip("needs Debian's dataset-fashion-mnist package")
-    workdir = tmp_path_factory.mktemp("sweep")
-    config = write_config(workdir, **TINY)
-    done = snakemake(workdir, "--cores", "2", "--configfile", str(config))
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = snakemake(workdir, "--cores", "1", "--configfile", str(config), "--report",
-                       "results/report.html")  # fmt: skip
-    assert report.returncode == 0, report.stderr[-3000:]
-    return workdir, config
+# fmnist_run (tests/workflow/conftest.py): the tiny sweep, shared with the other modules
 
 
 @needs_fmnist
@@ -329,6 +317,8 @@ def test_corrupt_image_is_skipped_counted_and_logged(tmp_path):
     assert row["status"] == "ok" and row["images_skipped"] == 1
     assert row["measured_samples"] == 4 * 2  # 12 readable images: 3 steps, 1 of them warm-up
     assert "broken.png" in (tmp_path / "logs" / "download" / "imagefolder.log").read_text()
+    recommendation = (tmp_path / "results" / "recommendation.md").read_text()
+    assert "Data: 1 unreadable image in the image folder was skipped in every run" in recommendation
 
 
 def test_checksum_mismatch_fails_the_download_and_leaves_no_dataset(tmp_path):

@@ -1,5 +1,22 @@
 # Stage 5: comparison plots and the recommendation, each captioned for the HTML report
-# (`snakemake --report results/report.html`).
+# (`snakemake --report results/report.html`; the path is taken in the --directory).
+
+REPORT = "results/report.html"
+
+
+# The HTML report is not a job's output: `--report` writes it from the results as they are.
+# A run that does any job changes what it would show, so the old one is removed before the
+# first job, with one line saying how to make it again; a dry run, a run with nothing to do
+# and `--report` itself leave it.
+onstart:
+    if os.path.exists(REPORT):
+        os.remove(REPORT)
+        print(
+            f"batchscope: removed {REPORT}, made from the results this run replaces; write"
+            " it again with this command's --directory and --configfile and"
+            f" `--report {REPORT}`",
+            file=sys.stderr,
+        )
 
 
 rule plots:
