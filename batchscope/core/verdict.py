@@ -597,9 +597,17 @@ def _refusal(left_out: Sequence[Mapping[str, Any]], limit: float) -> str:
         f"No point is named: {len(left_out)} run(s) were measured while other processes took"
         f" more than {limit:.0%} of the CPU (up to {worst:.0%}), leaving {named} with fewer than"
         " 2 undisturbed rounds, so a difference could be the other work's, not the settings'."
-        " Rerun those runs when the machine is quiet (delete their result files, listed in"
-        " left_out, and run the workflow again: only they are redone)."
+        f" Rerun them when the machine is quiet: delete {_files(left_out)} and run the workflow"
+        " again; only they are redone."
     )
+
+
+def _files(runs: Sequence[Mapping[str, Any]], shown: int = 4) -> str:
+    """The runs' result files, the first ``shown`` named (all of them are in ``left_out``)."""
+    names = [str(run["result"]) for run in runs]
+    if len(names) <= shown:
+        return " ".join(names)
+    return " ".join(names[:shown]) + f" and {len(names) - shown} more (left_out lists them)"
 
 
 def to_document(answers: Sequence[Mapping[str, Any]], level: float = 0.05) -> dict[str, Any]:

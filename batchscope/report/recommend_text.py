@@ -1,10 +1,10 @@
 """The recommendation's words: its sentence (the best configuration, compared with the runner-up
-against the measured spread) and its notes (failures, the largest batch that ran, the
+across rounds) and its notes (failures, the largest batch that ran, the
 diagnosis, compute, noise, model quality, the environment).
 
-The runner-up is "within noise" when its gap to the best is smaller than the larger of the two
-spreads (``batchscope.report.recommend_points`` says how a spread is measured). Plain Python:
-no plotting, no torch.
+What it says of the others comes from the verdict across rounds (``results/recommendation.json``,
+``batchscope.core.verdict``): separated, a tie and its rule, too noisy, or disturbed (measured
+beside other work: no point named). Plain Python: no plotting, no torch.
 """
 
 from __future__ import annotations
@@ -112,6 +112,9 @@ def sentence(rec: Mapping[str, Any]) -> str:
     """The recommendation: the pick, how it was measured, and what the comparison between
     rounds says of the others (from ``results/recommendation.json``)."""
     best, runner = rec["best"], rec["runner_up"]
+    answer = rec.get("verdict") or {}
+    if answer.get("verdict") == "disturbed":  # measured beside other work: no point is named
+        return f"No recommendation for {rec['mode']} / {rec['model']}. {answer['pick_reason']}"
     if best is None:
         statuses = [p["status"] for p in rec["absent_points"]]
         return (

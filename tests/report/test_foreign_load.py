@@ -108,3 +108,21 @@ def test_the_race_leaves_loaded_runs_out_and_remeasures_a_point_that_has_no_othe
     }
     going_on, _ = decide.decide_round(values, strategy="full", level=0.05, looks=2, loaded=loaded)
     assert ("infer", "small_cnn", 16, 1, 0) in going_on  # measured again, undisturbed
+
+
+def test_the_recommendation_names_no_point_and_the_files_to_redo():
+    from batchscope.report import recommend
+
+    summary = _runs(
+        {
+            (8, 0): [(2000.0, 0.0), (2100.0, 0.0), (2050.0, 0.0)],
+            (16, 0): [(900.0, 0.6), (950.0, 0.0), (920.0, 0.5)],
+        }
+    )
+    doc = answer.document(summary, aggregate.summarize_points(summary), 0.05, LIMIT)
+    (rec,) = recommend.recommend(summary, answer=doc)
+    text = rec["recommendation"]
+    assert text.startswith("No recommendation for infer / small_cnn.")
+    assert "Use batch_size" not in text
+    assert "results/runs/infer/small_cnn/bs16_acc1_nw0_seed0_round1.json" in text
+    assert "results/runs/infer/small_cnn/bs16_acc1_nw0_seed0_round3.json" in text
