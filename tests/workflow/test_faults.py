@@ -116,22 +116,33 @@ def test_a_write_that_runs_out_of_space_leaves_no_result_and_keeps_the_old_one(t
 
 
 def test_a_failed_grid_point_does_not_stop_the_others_and_is_listed_in_a_partial_report(tmp_path):
+    from PIL import Image
+
+    # 20 readable images among 60 files: the config check (which counts files, before any job)
+    # lets batch 16 through; in its job, 20 images hold one batch of 16: nothing to measure
+    images = tmp_path / "images"
+    for label in ("cat", "dog"):
+        (images / label).mkdir(parents=True)
+        for i in range(10):
+            Image.new("RGB", (20, 20), (20 * i, 10, 200)).save(images / label / f"{i}.png")
+        for i in range(20):
+            (images / label / f"broken{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n not a png")
     config = write_config(
         tmp_path,
-        dataset={"name": "synthetic", "channels": 1, "image_size": 16, "num_samples": 256},
+        dataset={"name": "imagefolder", "path": str(images), "image_size": 16},
         models=["small_cnn"],
         modes=["infer"],
-        batch_sizes=[8, 16, 200],  # 256 samples hold one batch of 200: nothing to measure
+        batch_sizes=[4, 8, 16],
         num_workers=[0],
         seeds=[0],
-        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0, **ONE_ROUND},
+        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0, "ceiling": False, **ONE_ROUND},
     )
     first = subprocess.run(_snakemake_cmd(tmp_path, config, "--cores", "2"), env=_env(),
                            capture_output=True, text=True, timeout=900)  # fmt: skip
     assert first.returncode != 0  # one job failed ...
     runs = tmp_path / "results" / "runs" / "infer" / "small_cnn"
     assert sorted(p.name for p in runs.glob("*.json")) == [
-        "bs16_acc1_nw0_seed0_round1.json",
+        "bs4_acc1_nw0_seed0_round1.json",
         "bs8_acc1_nw0_seed0_round1.json",
     ]
     assert not (tmp_path / "results" / "summary.csv").exists()  # ... the others still ran
@@ -143,6 +154,6 @@ def test_a_failed_grid_point_does_not_stop_the_others_and_is_listed_in_a_partial
     assert partial.returncode == 0, partial.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "results" / "summary.csv").set_index("batch_size")
     assert list(summary["status"]) == ["ok", "ok", "failed"]
-    assert summary.loc[200, "error"].startswith("batchscope bench: error: batch_size 200 gives 1")
+    assert summary.loc[16, "error"].startswith("batchscope bench: error: batch_size 16 gives 1")
     recommendation = (tmp_path / "results" / "recommendation.md").read_text()
-    assert "200" in recommendation and "failed" in recommendation
+    assert "16" in recommendation and "failed" in recommendation

@@ -133,7 +133,8 @@ def test_sweep_through_slurm_gives_one_ok_row_per_grid_point(sweep):
 
 def test_every_job_ran_as_its_own_slurm_job_in_the_given_partition_and_account(sweep):
     _, cluster, jobs = sweep
-    assert sorted(rule_of(job) for job in jobs) == sorted(["bench"] * len(GRID) + [*LIGHT_RULES])
+    expected = ["bench"] * len(GRID) + ["model_check"] + [*LIGHT_RULES]  # one model checked
+    assert sorted(rule_of(job) for job in jobs) == sorted(expected)
     for job in jobs:
         assert (job["JobState"], job["ExitCode"]) == ("COMPLETED", "0:0")
         assert (job["Partition"], job["Account"]) == (cluster.partition, ACCOUNT)
