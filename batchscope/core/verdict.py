@@ -305,15 +305,21 @@ class Verdict:
     rounds_to_separate: dict[Hashable, int | None]
 
 
-def _compare(points: Mapping[Hashable, Iterable[float]], level: float):
-    """Stats per point, the leader, all keys by median (highest first), raw and Holm p."""
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"need 0 < level < 1, got {level}")
+def _ranked(points: Mapping[Hashable, Iterable[float]]):
+    """Per-round values and stats per point, and all keys by median (highest first)."""
     if not points:
         raise ValueError("need at least one point")
     values = {key: _rounds(v) for key, v in points.items()}
     stats = {key: point_stats(v) for key, v in values.items()}
     order = sorted(stats, key=lambda k: (-stats[k]["median"], -stats[k]["mean_log"]))
+    return values, stats, order
+
+
+def _compare(points: Mapping[Hashable, Iterable[float]], level: float):
+    """Stats per point, the leader, all keys by median (highest first), raw and Holm p."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"need 0 < level < 1, got {level}")
+    values, stats, order = _ranked(points)
     leader = order[0]
     raw: dict[Hashable, float | None] = {key: None for key in order}
     adjusted = dict(raw)
@@ -416,7 +422,7 @@ def short_of_clean_runs(
 def disturbed_verdict(points: Mapping[Hashable, Iterable[float]], level: float) -> Verdict:
     """The verdict that names no winner: every point in the tie set, in median order, no test.
     Its stats are over all the runs given (loaded ones included: they are what was seen)."""
-    stats, order, raw, _ = _compare({k: list(v) for k, v in points.items()}, 0.5)
+    _, stats, order = _ranked(points)
     none = {key: None for key in order}
     return Verdict(
         leader=order[0],

@@ -46,14 +46,11 @@ def _point_rows(by_point: pd.DataFrame) -> dict[tuple, dict[str, Any]]:
 
 
 def _left_out(run: Any) -> dict[str, Any]:
-    grid = {key: run[key] for key in results.GRID_KEYS}
-    grid = {key: value if key in ("mode", "model", "dataset") else int(value)
-            for key, value in grid.items()}  # fmt: skip
+    """A run left out for foreign load: its keys within the answer, its share, its file."""
+    text_keys = ("mode", "model", "dataset")
+    grid = {k: run[k] if k in text_keys else int(run[k]) for k in results.GRID_KEYS}
     return {
-        "batch_size": grid["batch_size"],
-        "num_workers": grid["num_workers"],
-        "seed": grid["seed"],
-        "round": grid["round"],
+        **{k: grid[k] for k in ("batch_size", "num_workers", "seed", "round")},
         "foreign_cpu_frac": float(run["foreign_cpu_frac"]),
         "result": f"{paths.RUN.format(**grid)}.json",
     }
