@@ -148,7 +148,9 @@ class EnergyMeter:
     """The energy of the measured span: :meth:`start` and :meth:`stop` read the counter (the
     caller has synchronised the device), :meth:`fields` gives the result's energy fields."""
 
-    def __init__(self, counter, reason: str | None = None, clock: Callable[[], float] = None):
+    def __init__(
+        self, counter, reason: str | None = None, clock: Callable[[], float] | None = None
+    ):
         self.counter, self.reason = counter, reason
         self.clock = clock or time.perf_counter
         self.energy_j = 0.0
