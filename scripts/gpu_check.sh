@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check: the harness against a bare loop (scripts/sync_check.py), then a small CUDA sweep
-# end to end, its summary and recommendation.
+# end to end, its summary and recommendation, and the energy it read from NVML.
 # Usage (on a machine with an NVIDIA GPU):  bash scripts/gpu_check.sh [outdir]
 # Creates .venv if needed (as `make` does), runs in its own folder, leaves the repo untouched.
 set -euo pipefail
@@ -29,6 +29,23 @@ cols = ["mode", "batch_size", "num_workers", "round", "status", "samples_per_s",
 print(pd.read_csv(sys.argv[1])[cols].to_string(index=False))
 PY
 cat "$out/results/recommendation.md"
+# issue 14: the energy read: NVML's counter over each run's measured span (Volta and later)
+python - "$out/results/summary.csv" "$out/results/recommendation.json" <<'PY'
+import json, sys
+import pandas as pd
+summary = pd.read_csv(sys.argv[1])
+ok = summary[summary["status"] == "ok"]
+cols = ["mode", "batch_size", "num_workers", "round", "energy_source", "energy_j_per_sample",
+        "mean_power_w", "power_limit_w", "samples_per_s"]
+print(ok[cols].to_string(index=False))
+for answer in json.load(open(sys.argv[2]))["answers"]:
+    print(answer["mode"], answer["model"], json.dumps(answer["objectives"]))
+assert (ok["energy_source"] == "nvml").all(), "energy not read from NVML: " + "; ".join(
+    sorted(set(ok["energy_source"].astype(str))))
+assert (ok["energy_j_per_sample"] > 0).all() and (ok["mean_power_w"] > 0).all()
+print("energy: nvml, J/sample", ok["energy_j_per_sample"].min(), "to", ok["energy_j_per_sample"].max(),
+      "mean W", ok["mean_power_w"].min(), "to", ok["mean_power_w"].max())
+PY
 # issue 12: the largest-batch search on the device (reserved memory + context against the
 # device's total; batch 1, which BatchNorm refuses in training, is a result, not a crash)
 snakemake -s "$repo/Snakefile" --directory "$out-search" --configfile "$repo/config/gpu_check.yaml" \

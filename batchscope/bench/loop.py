@@ -19,6 +19,10 @@ The per-phase breakdown (runner, data wait, copy, forward, backward, optimizer) 
 synchronised at every step, so it is timed only in ``diagnostic_steps`` separate steps after
 the throughput windows (phase ``diagnostic``), never in them.
 
+Energy (``batchscope.bench.energy``): where a counter can be read, it is read just before the
+first measured step and after the last, the device synchronised at both (once each, never per
+step), so the warm-up and the diagnostic steps are outside the span.
+
 An allocator failure ends the run with ``status: oom``, a non-finite training loss with
 ``status: diverged``; anything else propagates and fails the job. The batch size is never changed.
 """
@@ -36,6 +40,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from batchscope.bench import energy as energy_meter
 from batchscope.bench import measure
 from batchscope.core.spec import RunSpec
 
@@ -432,6 +437,7 @@ def measured_loop(
     after_step: Callable[[int, int, torch.Tensor, torch.Tensor], dict | None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     utilisation=None,
+    energy: energy_meter.EnergyMeter | None = None,
 ) -> dict:
     """Run ``step_fn`` over ``loader`` and return the timing summary and status.
 
@@ -440,6 +446,8 @@ def measured_loop(
     step (validation). Both are off the clock; what they return is added to that step's row.
     When ``should_stop()`` then says so, the run ends there (``stopped_early`` in the result).
     ``utilisation`` (a ``measure.GpuUtilisation``) samples only during the measured steps.
+    ``energy`` (default: the device's ``energy.meter_for``) reads its counter at the measured
+    span's ends; its fields join the result.
     """
     planned = planned_steps(spec, len(loader))
     if planned <= spec.measure.warmup_steps:
@@ -448,6 +456,7 @@ def measured_loop(
             f"{spec.measure.warmup_steps} warm-up steps: nothing would be measured"
         )
     state = _Loop(spec, device, planned)
+    energy = energy_meter.meter_for(device) if energy is None else energy
     cuda = device.type == "cuda"
     bar = _progress(planned, f"{spec.mode} bs={loader.batch_size} nw={spec.num_workers}")
     state.clock.settle()
@@ -458,6 +467,9 @@ def measured_loop(
     try:
         while True:
             phase = state.next_phase()
+            if phase == "measured" and energy.active and not energy.started:
+                state.clock.settle()  # the warm-up's work done before the span opens
+                energy.start()
             if utilisation is not None:
                 utilisation.active = phase == "measured"
             t_ready = time.perf_counter()
@@ -499,6 +511,9 @@ def measured_loop(
                 done = state.stopped_early = True
             if done:
                 break
+        if energy.started:
+            state.clock.settle()  # the last measured step done before the span closes
+            energy.stop()
         if utilisation is not None:
             utilisation.active = False
         if _wants_diagnostics(state):
@@ -516,7 +531,10 @@ def measured_loop(
         measure.release_cached_memory(device)
     seconds = state.settle()
     last_loss = state.write_rows(log, seconds)
-    return state.result(seconds, last_loss)
+    result = state.result(seconds, last_loss)
+    ok = result["samples_per_s"] is not None
+    result.update(energy.fields(result["measured_s"] if ok else None, result["measured_samples"]))
+    return result
 
 
 def _wants_diagnostics(state: _Loop) -> bool:

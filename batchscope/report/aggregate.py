@@ -110,6 +110,10 @@ MEAN_METRICS = (
     "frac_of_ceiling",
 )
 
+#: Points-table energy metrics given as the median over the ok runs that measured them
+#: (``<metric>_median``): a run with a disturbed window weighs no more than any other.
+ENERGY_METRICS = ("energy_j_per_sample", "mean_power_w")
+
 #: Grid keys added after the first results were written, and what an older result meant by
 #: leaving them out: one micro-batch per update, one round.
 LATER_GRID_KEYS = {"accumulation_steps": 1, "round": 1}
@@ -339,7 +343,10 @@ def summarize_points(
     (``batchscope.core.verdict.point_stats``: the t interval of the mean log throughput), the
     run-to-run coefficient of variation, and the round after which the race dropped the point
     (``eliminated``, from ``results/rounds/``; empty if it never was); for each of MEAN_METRICS
-    the summary has, its mean over the ok runs (``<metric>_mean``).
+    the summary has, its mean over the ok runs (``<metric>_mean``); ``energy_source`` and,
+    for each of ENERGY_METRICS, its median over the ok runs that measured it
+    (``<metric>_median``; empty where energy was unavailable), and ``power_limit_w`` (the
+    largest of the runs').
     """
     eliminated = eliminated or {}
     means = [m for m in MEAN_METRICS if m in summary]
@@ -358,6 +365,9 @@ def summarize_points(
         *(f"{m}_{part}" for m in CI_METRICS for part in ("mean", "ci95_low", "ci95_high")),
         *ROUND_COLUMNS,
         *(_mean_name(m) for m in means),
+        "energy_source",
+        *(f"{m}_median" for m in ENERGY_METRICS),
+        "power_limit_w",
     ]
     rows = [
         _point_row(key, group, means, eliminated)
@@ -402,6 +412,24 @@ def _point_row(key: tuple, group: pd.DataFrame, means: list[str], eliminated: Ma
     row["eliminated_at_round"] = eliminated.get((*point, row["num_workers"]))
     for metric in means:
         row[_mean_name(metric)] = pd.to_numeric(ok[metric]).mean() if len(ok) else math.nan
+    row.update(_energy(ok))
+    return row
+
+
+def _energy(ok: pd.DataFrame) -> dict[str, Any]:
+    """The point's ``energy_source`` (its ok runs' sources, ';'-joined when they differ), the
+    median of each of ENERGY_METRICS over its ok runs, and the largest ``power_limit_w``."""
+    sources = sorted({str(v) for v in ok.get("energy_source", pd.Series()).dropna()})
+    row: dict[str, Any] = {"energy_source": ";".join(sources) or None}
+
+    def numbers(metric: str) -> pd.Series:
+        return pd.to_numeric(ok.get(metric, pd.Series(dtype=float))).dropna()
+
+    for metric in ENERGY_METRICS:
+        values = numbers(metric)
+        row[f"{metric}_median"] = values.median() if len(values) else math.nan
+    limits = numbers("power_limit_w")
+    row["power_limit_w"] = limits.max() if len(limits) else math.nan
     return row
 
 

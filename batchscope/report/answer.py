@@ -2,7 +2,7 @@
 
     python -m batchscope.report.answer --summary results/summary.csv \\
         --by-point results/summary_by_point.csv --level 0.05 \\
-        --output results/recommendation.json
+        --foreign-cpu-limit 0.1 [--energy-eta 0.5] --output results/recommendation.json
 
 Per mode × model × dataset × accumulation, the points (batch size × workers) are compared on
 their per-run throughputs: one number per fresh process, over rounds and seeds, never windows
@@ -12,6 +12,10 @@ is the leader when it is separated, else the tie set's point with the least peak
 the fewest workers, then the highest median. The schema is
 ``batchscope/core/recommendation_schema.json`` (docs/results.md); the Markdown and HTML
 recommendation, the plots and the report read this file and derive no answer of their own.
+
+Each answer also says what to use per objective (``objectives``,
+``batchscope.report.objectives``): the pick as the fastest, and where the runs measured energy
+the point of least energy per sample and the time/energy trade-off's (``--energy-eta``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from typing import Any
 import jsonschema
 import pandas as pd
 
-from batchscope.core import paths, results, verdict
+from batchscope.core import config, paths, results, verdict
+from batchscope.report import objectives
 from batchscope.report.aggregate import with_grid_defaults
 
 #: One answer per distinct value of these.
@@ -57,7 +62,11 @@ def _left_out(run: Any) -> dict[str, Any]:
 
 
 def answers(
-    summary: pd.DataFrame, by_point: pd.DataFrame, level: float, foreign_cpu_limit: float
+    summary: pd.DataFrame,
+    by_point: pd.DataFrame,
+    level: float,
+    foreign_cpu_limit: float,
+    energy_eta: float | None = None,
 ) -> list[dict[str, Any]]:
     """One answer per group that has a point with an ok run; groups in sorted order.
 
@@ -72,7 +81,10 @@ def answers(
         .map(lambda frac: verdict.under_foreign_load(frac, foreign_cpu_limit))
         .astype(bool)
     )
-    rows = _point_rows(with_grid_defaults(by_point))
+    by_point = with_grid_defaults(by_point)
+    rows = _point_rows(by_point)
+    if energy_eta is None:
+        energy_eta = config.default("recommend.energy_eta")
     out = []
     for group, runs in ok.groupby(GROUP_KEYS, sort=True):
         everything: dict[tuple, list[float]] = {}
@@ -102,14 +114,21 @@ def answers(
                 foreign_cpu_limit=foreign_cpu_limit,
             )
         )
+        points = by_point[(by_point[GROUP_KEYS] == pd.Series(named)).all(axis=1)]
+        out[-1]["objectives"] = objectives.objectives(points, out[-1]["pick"], energy_eta)
     return out
 
 
 def document(
-    summary: pd.DataFrame, by_point: pd.DataFrame, level: float, foreign_cpu_limit: float
+    summary: pd.DataFrame,
+    by_point: pd.DataFrame,
+    level: float,
+    foreign_cpu_limit: float,
+    energy_eta: float | None = None,
 ) -> dict[str, Any]:
     """The whole file, checked against its schema."""
-    doc = verdict.to_document(answers(summary, by_point, level, foreign_cpu_limit), level)
+    found = answers(summary, by_point, level, foreign_cpu_limit, energy_eta)
+    doc = verdict.to_document(found, level)
     jsonschema.validate(results.finite_or_null(doc), verdict.load_schema())
     return doc
 
@@ -124,11 +143,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit"
     )
+    parser.add_argument(
+        "--energy-eta",
+        type=float,
+        default=None,
+        help="recommend.energy_eta: the trade-off's weight of time (default: the schema's)",
+    )
     parser.add_argument("--output", required=True, help="recommendation JSON")
     args = parser.parse_args(argv)
     summary = pd.read_csv(args.summary)
     by_point = pd.read_csv(args.by_point)
-    doc = document(summary, by_point, args.level, args.foreign_cpu_limit)
+    doc = document(summary, by_point, args.level, args.foreign_cpu_limit, args.energy_eta)
     results.write_json(args.output, doc)
     for answer in doc["answers"]:
         print(

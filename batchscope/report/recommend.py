@@ -29,12 +29,20 @@ Command line::
     python -m batchscope.report.recommend --summary results/summary.csv \\
         --env results/env/environment.json \\
         --markdown results/recommendation.md --html results/recommendation.html \\
-        [--convergence results/convergence/convergence.json]
+        [--convergence results/convergence/convergence.json] \\
+        [--energy-plot results/plots/energy.png]
+
+Energy: each recommendation lists the answer per objective that ``recommendation.json`` gives
+(``batchscope.report.objectives``: fastest, least energy, the time/energy trade-off). Where any
+run measured energy, ``--energy-plot`` gets the figure of energy per sample against throughput
+(``batchscope.report.plots_energy``), which the HTML also embeds; where none did, no figure is
+written (an old one is removed) and the document says in one line why energy is unavailable.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,7 +51,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import config, results
-from batchscope.report import aggregate
+from batchscope.report import aggregate, objectives, plots_energy
 from batchscope.report import answer as answer_module
 from batchscope.report.recommend_pages import evidence, render_html, render_markdown
 from batchscope.report.recommend_points import (
@@ -166,6 +174,7 @@ def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> 
     }
     rec["recommendation"] = sentence(rec)
     rec["notes"] = notes(rec)
+    rec["objectives"] = objectives.lines(answer)
     return rec
 
 
@@ -207,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="convergence.json of batchscope.report.convergence_report: adds, per training group, "
         "the batch size with the lowest time to the target",
     )
+    parser.add_argument(
+        "--energy-plot",
+        help="where to write energy per sample vs throughput (only when energy was measured)",
+    )
     args = parser.parse_args(argv)
 
     convergence, document = None, "convergence.html"
@@ -215,11 +228,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = Path(args.convergence)
         document = str(path.with_name(convergence.get("document") or path.stem + ".html"))
     answer = results.read_json(args.answer) if args.answer else None
-    recs = recommend(pd.read_csv(args.summary), convergence, document, answer)
+    summary = pd.read_csv(args.summary)
+    recs = recommend(summary, convergence, document, answer)
     env = results.read_json(args.env)
-    results.write_text(args.markdown, render_markdown(recs, env))
-    results.write_text(args.html, render_html(recs, env))
+    energy = energy_section(summary, args.energy_plot, Path(args.markdown).parent)
+    results.write_text(args.markdown, render_markdown(recs, env, energy))
+    results.write_text(args.html, render_html(recs, env, energy))
     return 0
+
+
+def energy_section(summary: pd.DataFrame, plot: str | None, base: Path) -> dict[str, Any]:
+    """What the documents say of energy: the figure (written to ``plot``, its path relative to
+    ``base`` for the Markdown, a data URI for the HTML), or why there is none."""
+    figure = plots_energy.energy_figure(summary)
+    if figure is None:
+        if plot is not None:
+            Path(plot).unlink(missing_ok=True)  # a figure from an earlier sweep is not this one's
+        ok = summary[summary["status"] == "ok"] if "status" in summary else summary
+        return {"unavailable": objectives.unavailable_reason(ok), "path": None, "uri": None}
+    path = None
+    if plot is not None:
+        from batchscope.report.figures import save_png
+
+        save_png(figure, plot)
+        path = os.path.relpath(plot, base)
+    return {"unavailable": None, "path": path, "uri": plots_energy.png_data_uri(figure)}
 
 
 if __name__ == "__main__":

@@ -99,17 +99,34 @@ def _header(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> list[t
     ]
 
 
-def render_markdown(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> str:
-    """The recommendation as a Markdown document."""
+def _energy_line(energy: Mapping[str, Any] | None) -> str | None:
+    if energy and energy["unavailable"]:
+        return f"Energy was not measured: {energy['unavailable']}."
+    return None
+
+
+def render_markdown(
+    recs: Sequence[Mapping[str, Any]],
+    env: Mapping[str, Any],
+    energy: Mapping[str, Any] | None = None,
+) -> str:
+    """The recommendation as a Markdown document; ``energy``: the figure's path or why there
+    is none (``recommend.energy_section``)."""
     lines = ["# batchscope recommendation", ""]
     lines += [f"- {name}: `{value}`" for name, value in _header(recs, env)]
     lines.append("")
+    if _energy_line(energy):
+        lines += [_energy_line(energy), ""]
+    elif energy and energy["path"]:
+        lines += [f"![Energy per sample vs throughput]({energy['path']})", ""]
     if not recs:
         lines += ["No results in this sweep.", ""]
     for rec in recs:
         lines += [f"## {_title(rec)}", "", rec["recommendation"], ""]
         lines += [f"- {note}" for note in rec["notes"]]
         lines.append("")
+        if rec.get("objectives"):
+            lines += ["Per objective:", "", *[f"- {line}" for line in rec["objectives"]], ""]
         if rec.get("time_to_target"):
             lines += [f"### {TIME_TO_TARGET}", ""]
             for paragraph in rec["time_to_target"]["paragraphs"]:
@@ -118,8 +135,13 @@ def render_markdown(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -
     return "\n".join(lines)
 
 
-def render_html(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> str:
-    """The recommendation as a standalone HTML page (same content as the Markdown)."""
+def render_html(
+    recs: Sequence[Mapping[str, Any]],
+    env: Mapping[str, Any],
+    energy: Mapping[str, Any] | None = None,
+) -> str:
+    """The recommendation as a standalone HTML page (same content as the Markdown, the energy
+    figure embedded)."""
     esc = html.escape
     parts = [
         "<h1>batchscope recommendation</h1>",
@@ -127,6 +149,10 @@ def render_html(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> st
         *[f"<li>{esc(name)}: <code>{esc(value)}</code></li>" for name, value in _header(recs, env)],
         "</ul>",
     ]
+    if _energy_line(energy):
+        parts.append(f"<p>{esc(_energy_line(energy))}</p>")
+    elif energy and energy["uri"]:
+        parts.append(f'<img alt="Energy per sample vs throughput" src="{energy["uri"]}">')
     if not recs:
         parts.append("<p>No results in this sweep.</p>")
     for rec in recs:
@@ -137,6 +163,10 @@ def render_html(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> st
             *[f"<li>{esc(note)}</li>" for note in rec["notes"]],
             "</ul>",
         ]
+        if rec.get("objectives"):
+            parts += ["<p>Per objective:</p>", "<ul>"]
+            parts += [f"<li>{esc(line)}</li>" for line in rec["objectives"]]
+            parts.append("</ul>")
         if rec.get("time_to_target"):
             parts.append(f"<h3>{esc(TIME_TO_TARGET)}</h3>")
             parts += [f"<p>{esc(p)}</p>" for p in rec["time_to_target"]["paragraphs"]]

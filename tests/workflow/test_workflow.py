@@ -194,6 +194,14 @@ def test_plots_recommendation_and_report_are_written_from_the_numbers(fmnist_run
         assert f"{best['samples_per_s']:.1f}" in text, f"{mode}: best throughput not cited"
     html = (results / "report.html").read_text()
     assert "throughput.png" in html and "recommendation.html" in html
+    if not Path("/sys/class/powercap").exists():  # no energy counter on this machine
+        assert summary["energy_source"].str.startswith("unavailable: no RAPL").all()
+        assert summary["energy_j_per_sample"].isna().all()
+        assert "Energy was not measured: unavailable: no RAPL energy counter" in text
+        assert not (results / "plots" / "energy.png").exists()
+        answer = json.loads((results / "recommendation.json").read_text())
+        for found in (a["objectives"] for a in answer["answers"]):
+            assert found["energy_unavailable"].startswith("unavailable: no RAPL")
 
 
 @needs_fmnist

@@ -96,10 +96,12 @@ rule answer:
     params:
         level=config["sweep"]["level"],
         foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
+        energy_eta=config["recommend"]["energy_eta"],
     shell:
         "python -m batchscope.report.answer --summary {input.summary:q}"
         " --by-point {input.by_point:q} --level {params.level}"
-        " --foreign-cpu-limit {params.foreign_cpu_limit} --output {output:q} > {log:q} 2>&1"
+        " --foreign-cpu-limit {params.foreign_cpu_limit} --energy-eta {params.energy_eta}"
+        " --output {output:q} > {log:q} 2>&1"
 
 
 rule recommend:
@@ -130,4 +132,5 @@ rule recommend:
     shell:
         "python -m batchscope.report.recommend --summary {input.summary:q} --env {input.env:q}"
         " --answer {input.answer:q} --markdown {output.markdown:q} --html {output.html:q} {params.convergence:q}"
+        " --energy-plot results/plots/energy.png"
         " > {log:q} 2>&1"
