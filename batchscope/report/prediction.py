@@ -217,6 +217,9 @@ def _model_rows(
     n_low, n_high = result.b_noise_interval or (math.nan, math.nan)
     e_low, e_high = early.interval if early and early.interval else (math.nan, math.nan)
     notes = [check, *result.notes]
+    if len(result.best_set) > 1:
+        others = ", ".join(str(b) for b in result.best_set if b != result.best)
+        notes.append(f"The bootstrap also picks {others} as the best in 2.5% or more of resamples.")
     for p in result.batches:
         row = rows[p.batch]
         st = p.steps_interval or (math.nan, math.nan)
