@@ -6,6 +6,7 @@ Usage (from the repository root):
     .venv/bin/python scripts/prediction_benchmark.py                  # runs both sweeps
     .venv/bin/python scripts/prediction_benchmark.py --measured DIR   # reuse a finished sweep
     .venv/bin/python scripts/prediction_benchmark.py --measured DIR --predicted DIR2
+    .venv/bin/python scripts/prediction_benchmark.py --measured DIR --emulate  # no 2nd sweep
 
 In one run it runs (each in a new temporary folder, kept and printed, unless given a finished
 one) the convergence sweep on ``--config`` (default ``config/convergence.yaml``: every batch
@@ -19,6 +20,13 @@ runs at the smallest and largest batch size, short runs elsewhere), then predict
   seconds lie within the measured best's 95% interval (goal: yes);
 - the compute each needed: the sum of its runs' ``wall_s`` (device-seconds), and the ratio
   (goal <= 25%), and each snakemake command's wall time when this script ran it.
+
+``--emulate`` runs no second sweep: the short runs are the measured sweep's own runs read as
+their first ``predict_steps`` updates (the prediction already takes only those updates' noise
+measurements, and a run's samples_per_s is its steady rate, as a short run's), and the
+prediction's compute is estimated as the calibration runs' ``wall_s`` plus each other run's
+``wall_s`` × predict_steps / its steps: quicker, and free of a second sweep's different load,
+but an estimate of the compute, not a measurement.
 
 A measurement, not a test: nothing is asserted, the exit status is 0 whatever the figures. Both
 sweeps' seconds are on a clock that other work on the machine slows: run it on a quiet machine,
@@ -51,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", default=str(REPO / "config" / "convergence.yaml"))
     parser.add_argument("--measured", type=Path, help="a finished convergence sweep's folder")
     parser.add_argument("--predicted", type=Path, help="a finished train.predict sweep's folder")
+    parser.add_argument("--emulate", action="store_true", help="short runs from the sweep's own")
     parser.add_argument("--cores", type=int, default=2)
     return parser.parse_args(argv)
 
@@ -82,6 +91,19 @@ def device_seconds(summary: pd.DataFrame) -> float:
     return float(pd.to_numeric(train.get("wall_s"), errors="coerce").sum())
 
 
+def emulated_seconds(summary: pd.DataFrame, table: pd.DataFrame) -> float:
+    """--emulate's compute: calibration runs whole, the others cut to their first updates."""
+    train = summary[summary["mode"] == "train"].copy()
+    batch = train["batch_size"] * train.get("accumulation_steps", 1)
+    cal = table[table["calibration"].astype(bool)]
+    calibration = set(zip(cal["model"], cal["batch_size"].astype(int), strict=True))
+    full = [(m, int(b)) in calibration for m, b in zip(train["model"], batch, strict=True)]
+    wall = pd.to_numeric(train["wall_s"], errors="coerce")
+    steps = pd.to_numeric(train["steps_run"], errors="coerce")
+    share = (train["_predict_steps"] / steps).clip(upper=1.0)
+    return float(wall.where(full, wall * share).sum())
+
+
 def spearman(a: pd.Series, b: pd.Series) -> float:
     """Spearman's rank correlation (average ranks on ties)."""
     ra, rb = a.rank().to_numpy(float), b.rank().to_numpy(float)
@@ -95,13 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     measured_dir = args.measured
     if measured_dir is None:
         measured_dir, timings["measured"] = run_sweep(config, "measured", args.cores)
-    predicted_dir = args.predicted
+    predicted_dir = measured_dir if args.emulate else args.predicted
     if predicted_dir is None:
         predict_config = {**config, "train": {**config.get("train", {}), "predict": True}}
         predicted_dir, timings["predicted"] = run_sweep(predict_config, "predict", args.cores)
 
     measured = pd.read_csv(measured_dir / "results" / "summary.csv")
+    measured["_predict_steps"] = config.get("train", {}).get("predict_steps", 60)
     summary = pd.read_csv(predicted_dir / "results" / "summary.csv")
+    summary["_predict_steps"] = config.get("train", {}).get("predict_steps", 60)
     curves = pd.read_csv(predicted_dir / "results" / "curves.csv", low_memory=False)
     train = config.get("train", {})
     table = predict_frame(
@@ -168,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"-{p['predicted_seconds_high']:.3g}], measured {measured_at:.3g} s: "
                   f"{'within' if inside else 'NOT within'} the measured best's interval "
                   f"({'PASS' if inside else 'MISS'})")  # fmt: skip
-    spent_m, spent_p = device_seconds(measured), device_seconds(summary)
+    spent_m = device_seconds(measured)
+    spent_p = emulated_seconds(summary, table) if args.emulate else device_seconds(summary)
     ratio = spent_p / spent_m if spent_m else np.nan
     print(f"\ncompute: convergence sweep {spent_m:.0f} device-seconds (sum of wall_s), "
           f"prediction {spent_p:.0f}: {ratio:.0%} (goal <= 25%: "
