@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         measured=measured,
     )
     out = predicted_dir / "results" / "convergence" / "prediction_vs_measured.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     print(f"\nprediction beside the measured sweep: {out}")
     columns = [
