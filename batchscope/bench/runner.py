@@ -174,6 +174,9 @@ class _Training:
         result["base_lr"] = spec.train.lr
         result["lr_scaling"] = spec.train.lr_scaling
         result["lr_warmup_steps"] = self.warmup
+        result["batchnorm_layers"] = sum(
+            isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()
+        )
         if result["status"] == "ok" and self.val_loader is not None:
             self._validate(model, spec, device, result, rows)
         result.update(_target_fields(spec, rows))
@@ -265,6 +268,7 @@ def run(
     first_compute_s = result.pop("first_step_compute_s")
     result["compile_s"] = first_compute_s if spec.compute.compile else None
     result.update(lr=None, base_lr=None, lr_scaling=None, lr_warmup_steps=None)
+    result["batchnorm_layers"] = None
     result["accumulation_steps"] = spec.accumulation_steps
     result["effective_batch_size"] = spec.effective_batch_size
     result["val_accuracy"] = result["val_loss"] = result["val_samples"] = None

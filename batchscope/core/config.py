@@ -142,6 +142,15 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
         raise ConfigError(
             "config key train.target_loss: give target_accuracy or target_loss, not both"
         )
+    if (
+        train.get("predict")
+        and train.get("target_accuracy") is None
+        and (train.get("target_loss") is None)
+    ):
+        raise ConfigError(
+            "config key train.predict: needs train.target_accuracy or train.target_loss (it "
+            "predicts the steps to a target)"
+        )
     warmup = config.get("measure", {}).get("warmup_steps", 5)
     for mode in ("train", "infer"):
         cap = config.get(mode, {}).get("max_steps")
@@ -150,6 +159,11 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                 f"config key {mode}.max_steps: {cap} leaves no step to measure after "
                 f"measure.warmup_steps={warmup}"
             )
+    if train.get("predict") and train.get("predict_steps", 60) <= warmup:
+        raise ConfigError(
+            f"config key train.predict_steps: {train.get('predict_steps', 60)} leaves no step "
+            f"to measure after measure.warmup_steps={warmup}"
+        )
     train = config.get("train", {})
     if train.get("validate") is False:
         for key in ("target_accuracy", "target_loss", "eval_every_samples"):

@@ -285,12 +285,15 @@ def build(
     num_workers: int,
     seed: int,
     round: int = 1,
+    short: bool = False,
 ) -> RunSpec:
     """The spec of one job, from the validated config (defaults filled) and its grid point.
 
     A ``ceiling`` run computes on synthetic tensors of the data's shape with no workers, no
     validation and none of the convergence machinery; a ``trial`` (``batch_sizes: auto``) is
-    the sweep's own workload, which the largest-batch search shortens per trial.
+    the sweep's own workload, which the largest-batch search shortens per trial. A ``short``
+    training run (``train.predict``) trains ``train.predict_steps`` updates with no validation
+    until the one after training: it measures the throughput and the noise scale early on.
     """
     train = None
     if mode == "train":
@@ -298,6 +301,11 @@ def build(
         train = _section(TrainSpec, config["train"], validate=validate)
         if kind == "ceiling":
             train = replace(train, **CEILING_TRAIN_OFF)
+    max_steps = config[mode]["max_steps"]
+    if short and train is not None:
+        train = replace(train, eval_every_samples=None, stop_at_target=False)
+        steps = config["train"]["predict_steps"]
+        max_steps = steps if max_steps is None else min(max_steps, steps)
     return RunSpec(
         kind=kind,
         mode=mode,
@@ -310,7 +318,7 @@ def build(
         round=int(round),
         device=config["device"],
         deterministic=config["deterministic"],
-        max_steps=config[mode]["max_steps"],
+        max_steps=max_steps,
         cpu_memory_budget_mb=None if kind == "ceiling" else config["cpu_memory_budget_mb"],
         dataset=synthetic_twin(config, mode) if kind == "ceiling" else dataset_spec(config),
         measure=_section(MeasureSpec, config["measure"]),

@@ -36,6 +36,8 @@ from batchscope.report.convergence_tables import (
     regime_groups,
 )
 from batchscope.report.documents import html_page, html_table, markdown_table
+from batchscope.report.prediction import document_notes as prediction_notes
+from batchscope.report.prediction import document_table as prediction_table
 
 #: File names of the documents and the findings.
 MARKDOWN = "convergence.md"
@@ -76,6 +78,20 @@ def _blocks(reports: Sequence[ModelReport]) -> list[tuple[str, Any]]:
             ("h3", "Critical batch size"),
             ("ul", critical_batch_notes(report)),
         ]
+        if report.prediction is not None and not report.prediction.empty:
+            blocks += [
+                ("h3", "Prediction from short runs (train.predict)"),
+                (
+                    "p",
+                    "Steps and seconds to the target predicted at every batch size from "
+                    "full-length runs at the smallest and largest batch size and a short run at "
+                    "every batch size (throughput, noise scale), beside the measured seconds "
+                    "where runs went to the target; ★ is the predicted best. See "
+                    "prediction.csv and convergence_prediction.png.",
+                ),
+                ("table", prediction_table(report.prediction)),
+                ("ul", prediction_notes(report.prediction)),
+            ]
     blocks.append(("p", HOW_TO_READ))
     return blocks
 
@@ -227,6 +243,23 @@ def findings(report: ModelReport) -> dict[str, Any]:
         ],
         "batches": [_batch_findings(row) for row in table.to_dict("records")],
         "recommendation": report.recommendation,
+        "prediction": _prediction_findings(report.prediction),
+    }
+
+
+def _prediction_findings(rows: pd.DataFrame | None) -> dict[str, Any] | None:
+    """train.predict's best batch size and its seconds to the target (None without one)."""
+    if rows is None or rows.empty or not rows["predicted_best"].astype(bool).any():
+        return None
+    best = rows[rows["predicted_best"].astype(bool)].iloc[0]
+    return {
+        "best": int(best["batch_size"]),
+        "seconds": _float(best["predicted_seconds_to_target"]),
+        "seconds_ci95": [
+            _float(best["predicted_seconds_low"]),
+            _float(best["predicted_seconds_high"]),
+        ],
+        "device_seconds": _float(best["device_seconds"]),
     }
 
 

@@ -66,6 +66,7 @@ from batchscope.report.convergence_tables import (
     target_of,
 )
 from batchscope.report.figures import save_png
+from batchscope.report.prediction import best_line
 
 
 def analyse(summary: pd.DataFrame, curves: pd.DataFrame | None = None) -> list[ModelReport]:
@@ -120,10 +121,25 @@ def _model_report(model: str, dataset: str, accumulation: int, rows: pd.DataFram
     return report
 
 
-def write_all(summary: pd.DataFrame, curves: pd.DataFrame, outdir: str | Path) -> list[ModelReport]:
-    """Analyse, and write every figure, both documents and the findings into ``outdir``."""
+def write_all(
+    summary: pd.DataFrame,
+    curves: pd.DataFrame,
+    outdir: str | Path,
+    prediction: pd.DataFrame | None = None,
+) -> list[ModelReport]:
+    """Analyse, and write every figure, both documents and the findings into ``outdir``. With
+    ``prediction`` (prediction.csv, train.predict), the measured tables keep only the
+    full-length runs and each model's report carries its prediction."""
     outdir = Path(outdir)
+    if prediction is not None:
+        summary = full_length_runs(summary, prediction)
     reports = analyse(summary, curves)
+    if prediction is not None:
+        for report in reports:
+            rows = prediction[prediction["model"] == report.model]
+            report.prediction = rows
+            if not rows.empty:
+                report.recommendation += " " + best_line(rows)
     for name, fig in all_figures(reports, summary, curves).items():
         save_png(fig, outdir / name)
         plt.close(fig)
@@ -131,6 +147,19 @@ def write_all(summary: pd.DataFrame, curves: pd.DataFrame, outdir: str | Path) -
     results.write_text(outdir / HTML, render_html(reports))
     write_findings(reports, outdir / FINDINGS)
     return reports
+
+
+def full_length_runs(summary: pd.DataFrame, prediction: pd.DataFrame) -> pd.DataFrame:
+    """The summary without train.predict's short runs (the batch sizes prediction.csv marks as
+    not calibration): they stop before the target by design."""
+    frame = prepare(summary)
+    short = prediction[~prediction["calibration"].astype(bool)]
+    keys = set(zip(short["model"], short["batch_size"].astype(int), strict=True))
+    drop = [
+        mode == "train" and (model, int(batch)) in keys
+        for mode, model, batch in zip(frame["mode"], frame["model"], frame["batch"], strict=True)
+    ]
+    return summary[~pd.Series(drop, index=summary.index)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,10 +174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--curves", required=True, help="curves CSV from batchscope.report.aggregate"
     )
     parser.add_argument("--outdir", required=True, help="folder for the figures and documents")
+    parser.add_argument("--prediction", help="prediction.csv (train.predict)")
     args = parser.parse_args(argv)
     summary = pd.read_csv(args.summary)
     curves = pd.read_csv(args.curves, low_memory=False)
-    for report in write_all(summary, curves, args.outdir):
+    prediction = pd.read_csv(args.prediction) if args.prediction else None
+    for report in write_all(summary, curves, args.outdir, prediction):
         print(f"{report.model}: {report.recommendation}")
     return 0
 

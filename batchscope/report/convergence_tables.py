@@ -249,6 +249,8 @@ class ModelReport:
     recommendation: str
     eval_every: float | None = None
     accumulation: int = 1  # micro-batches per update of every run in this report
+    #: train.predict: this model's rows of prediction.csv (batchscope.report.prediction)
+    prediction: pd.DataFrame | None = None
 
     @property
     def title(self) -> str:

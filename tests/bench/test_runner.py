@@ -212,6 +212,14 @@ def test_warmup_in_epochs_is_that_many_epochs_of_updates_and_recorded():
     assert plain["lr_warmup_steps"] == 3
 
 
+def test_batchnorm_layers_are_counted_for_training_only():
+    # small_cnn normalises with BatchNorm after each of its two convolutions
+    trained, _ = _run(max_steps=4)
+    assert trained["batchnorm_layers"] == 2
+    inferred, _ = _run("infer", max_steps=4)
+    assert inferred["batchnorm_layers"] is None
+
+
 def test_validation_during_training_is_off_the_clock_and_finds_the_target():
     result, steps = _run(
         max_steps=10, eval_every_samples=24, target_accuracy=0.0, noise_scale_every_steps=2

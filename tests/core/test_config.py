@@ -76,6 +76,18 @@ def test_warmup_in_steps_and_in_epochs_is_one_line_naming_the_epochs_key():
     check(config, SCHEMA)  # epochs alone are fine
 
 
+def test_predict_needs_a_target_and_a_short_run_longer_than_the_warmup():
+    config = _with("train.predict", True)
+    with pytest.raises(ConfigError) as info:
+        check(config, SCHEMA)
+    assert str(info.value).startswith("config key train.predict: needs train.target_accuracy")
+    config["train"]["target_loss"] = 0.5
+    check(config, SCHEMA)  # with a target it is fine
+    config["train"]["predict_steps"] = 3  # the default measure.warmup_steps is 5
+    with pytest.raises(ConfigError, match="train.predict_steps: 3 leaves no step to measure"):
+        check(config, SCHEMA)
+
+
 def test_imagefolder_path_must_exist(tmp_path):
     config = _with("dataset", {"name": "imagefolder", "path": str(tmp_path / "missing")})
     with pytest.raises(ConfigError, match="dataset.path: .* is not a folder"):

@@ -6,7 +6,7 @@ import shlex
 
 from snakemake.settings.types import DeploymentMethod
 
-from batchscope.core import paths, results, rounds, spec
+from batchscope.core import paths, prediction, results, rounds, spec
 from batchscope.core.config import ConfigError, check, load_schema, with_defaults
 
 
@@ -266,12 +266,37 @@ CONVERGENCE = [
 
 
 def convergence_outputs():
-    """The convergence report, for sweeps that train towards a target."""
+    """The convergence report, for sweeps that train towards a target (and the prediction,
+    with train.predict)."""
     train = config["train"]
     has_target = (
         train.get("target_accuracy") is not None or train.get("target_loss") is not None
     )
-    return CONVERGENCE if "train" in config["modes"] and has_target else []
+    if "train" not in config["modes"] or not has_target:
+        return []
+    return CONVERGENCE + (PREDICTION if PREDICT else [])
+
+
+#: train.predict: short runs at every batch size but the calibration ones (core.prediction)
+PREDICT = "train" in config["modes"] and bool(config["train"].get("predict"))
+PREDICTION = [
+    "results/convergence/prediction.csv",
+    "results/convergence/convergence_prediction.png",
+]
+
+
+def short_run(wildcards):
+    """Whether a training run is one of train.predict's short runs: every effective batch size
+    but the calibration ones (the smallest and the largest) of its mode and model."""
+    if not PREDICT or wildcards.mode != "train":
+        return False
+    effective = {
+        int(b) * int(a)
+        for b in batch_sizes(wildcards.mode, wildcards.model)
+        for a in accumulation_steps(wildcards.mode)
+    }
+    here = int(wildcards.batch_size) * int(wildcards.accumulation_steps)
+    return here not in prediction.calibration_sizes(sorted(effective))
 
 
 def all_cores(wildcards):
@@ -323,6 +348,7 @@ def bench_spec_text(wildcards):
         num_workers=wildcards.num_workers,
         seed=wildcards.seed,
         round=wildcards.round,
+        short=short_run(wildcards),
     ).to_json()
 
 

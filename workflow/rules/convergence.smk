@@ -8,6 +8,7 @@ rule convergence_report:
     input:
         summary="results/summary.csv",
         curves="results/curves.csv",
+        prediction=lambda wildcards: PREDICTION[0] if PREDICT else [],
     output:
         steps=report(
             "results/convergence/convergence_steps.png",
@@ -50,6 +51,39 @@ rule convergence_report:
         "../envs/report.yaml"
     params:
         outdir=plot_dir,
+        prediction=lambda wildcards, input: (
+            f"--prediction {shlex.quote(input.prediction)}" if PREDICT else ""
+        ),
     shell:
         "python -m batchscope.report.convergence_report --summary {input.summary:q}"
-        " --curves {input.curves:q} --outdir {params.outdir:q} > {log:q} 2>&1"
+        " --curves {input.curves:q} --outdir {params.outdir:q} {params.prediction}"
+        " > {log:q} 2>&1"
+
+
+# train.predict: steps and seconds to the target at every batch size, from short runs at every
+# batch size and full-length runs at the smallest and the largest (batchscope.core.prediction)
+rule convergence_prediction:
+    input:
+        summary="results/summary.csv",
+        curves="results/curves.csv",
+    output:
+        table="results/convergence/prediction.csv",
+        figure=report(
+            "results/convergence/convergence_prediction.png",
+            caption="../report/convergence_prediction.rst",
+            category="Convergence",
+            labels={"figure": "predicted vs measured time to target"},
+        ),
+    log:
+        "logs/convergence_prediction.log",
+    benchmark:
+        "benchmarks/convergence_prediction.tsv"
+    conda:
+        "../envs/report.yaml"
+    params:
+        steps=config["train"]["predict_steps"],
+        decay=config["train"]["lr_decay"],
+    shell:
+        "python -m batchscope.report.prediction --summary {input.summary:q}"
+        " --curves {input.curves:q} --output {output.table:q} --figure {output.figure:q}"
+        " --predict-steps {params.steps} --lr-decay {params.decay} > {log:q} 2>&1"

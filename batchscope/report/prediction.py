@@ -1,0 +1,470 @@
+"""``train.predict``: steps and seconds to the target at every batch size, from short runs at
+every batch size and full-length runs at the smallest and the largest (the calibration sizes).
+
+The math is ``batchscope.core.prediction``; this module reads the sweep's ``summary.csv`` and
+``curves.csv``, writes ``results/convergence/prediction.csv`` (one row per mode × model × batch
+size, see docs/results.md) and ``convergence_prediction.png``. Per mode × model (training runs
+of one DataLoader worker count):
+
+- calibration: the smallest and the largest effective batch size; every seed there must have
+  reached the target, else the prediction is one line saying so (``note``), never a guess;
+- samples_per_s: the mean over each batch size's ok runs (short or full);
+- B_simple early: the noise measurements of every run up to ``predict_steps`` updates, pooled;
+  late: those of the calibration runs in the last third of their steps (the drift flag);
+- device_seconds: the ``wall_s`` of every run the prediction used;
+- measured: seconds and steps to the target where every seed of a batch size reached it
+  (the calibration runs here, or every batch size of ``--measured``, another sweep's summary).
+
+Command line::
+
+    python -m batchscope.report.prediction --summary results/summary.csv \\
+        --curves results/curves.csv --output results/convergence/prediction.csv \\
+        --figure results/convergence/convergence_prediction.png [--measured other/summary.csv]
+
+Plain pandas and matplotlib, never torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from batchscope.core import prediction as core
+from batchscope.core import results
+from batchscope.core.stats import mean_ci
+from batchscope.report.convergence_tables import chosen_workers, prepare
+from batchscope.report.figures import save_png
+
+#: prediction.csv's columns, in order (docs/results.md describes each).
+COLUMNS = [
+    "mode",
+    "model",
+    "batch_size",
+    "calibration",
+    "predicted_steps_to_target",
+    "predicted_steps_low",
+    "predicted_steps_high",
+    "predicted_seconds_to_target",
+    "predicted_seconds_low",
+    "predicted_seconds_high",
+    "predicted_best",
+    "samples_per_s",
+    "s_min",
+    "s_min_low",
+    "s_min_high",
+    "b_noise",
+    "b_noise_low",
+    "b_noise_high",
+    "b_simple_early",
+    "b_simple_early_low",
+    "b_simple_early_high",
+    "pollux_steps_to_target",
+    "measured_steps_to_target",
+    "measured_seconds_to_target",
+    "measured_seconds_low",
+    "measured_seconds_high",
+    "device_seconds",
+    "flags",
+    "note",
+]
+
+DEFAULT_PREDICT_STEPS = 60
+
+#: The share of a full run's steps at its end whose noise measurements count as "late".
+LATE_SHARE = 1 / 3
+
+
+def _g2_trace(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Unbiased (|G|², tr Σ) of each noise measurement in ``rows`` (McCandlish et al. A.1)."""
+    need = ["noise_sq_small", "noise_sq_big", "noise_scale_batch_small", "noise_scale_batch_big"]
+    if rows.empty or any(c not in rows for c in need):
+        return np.array([]), np.array([])
+    data = rows[need].apply(pd.to_numeric, errors="coerce").dropna()
+    data = data[data["noise_scale_batch_big"] > data["noise_scale_batch_small"]]
+    small, big = data["noise_scale_batch_small"], data["noise_scale_batch_big"]
+    g2 = (big * data["noise_sq_big"] - small * data["noise_sq_small"]) / (big - small)
+    trace = (data["noise_sq_small"] - data["noise_sq_big"]) / (1.0 / small - 1.0 / big)
+    return g2.to_numpy(float), trace.to_numpy(float)
+
+
+def _run_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The steps rows of ``runs`` with each run's effective batch and noise batch sizes."""
+    keys = ["mode", "model", "batch_size", "accumulation_steps", "num_workers", "seed"]
+    if curves is None or curves.empty:
+        return pd.DataFrame()
+    curves = curves.copy()
+    for key in keys[2:]:
+        curves[key] = pd.to_numeric(curves.get(key, 1), errors="coerce")
+    noise = ["noise_scale_batch_small", "noise_scale_batch_big"]
+    runs = runs.reindex(columns=[*keys, "batch", *noise])
+    rows = curves.merge(runs, on=keys, how="inner")
+    rows["step"] = pd.to_numeric(rows["step"], errors="coerce")
+    return rows
+
+
+def schedule_text(rows: pd.DataFrame, lr_decay: str | None) -> str | None:
+    """What in the schedule changes with the batch: a warm-up, a decay over the run."""
+    parts = []
+    warmup = pd.to_numeric(rows.get("lr_warmup_steps", pd.Series(dtype=float)), errors="coerce")
+    if warmup.notna().any() and warmup.max() > 0:
+        parts.append(f"warm-up {int(warmup.max())} updates")
+    if lr_decay and lr_decay != "constant":
+        parts.append(f"{lr_decay} decay over each run")
+    return ", ".join(parts) or None
+
+
+def _speeds(runs: pd.DataFrame) -> list[float]:
+    """Each run's samples_per_s; a run that reached the target before its windows measured
+    any (a few updates) counts samples over seconds to the target, on the same clock."""
+    measured = pd.to_numeric(runs.get("samples_per_s"), errors="coerce")
+    on_clock = pd.to_numeric(runs.get("samples_to_target"), errors="coerce") / pd.to_numeric(
+        runs.get("seconds_to_target"), errors="coerce"
+    )
+    speeds = measured.where(measured.notna(), on_clock)
+    return speeds[np.isfinite(speeds) & (speeds > 0)].tolist()
+
+
+def _measured(frame: pd.DataFrame) -> dict[int, dict[str, float]]:
+    """Per effective batch size whose seeds all reached the target: mean steps and seconds to
+    it, and the seconds' Student-t 95% interval."""
+    out = {}
+    for batch, group in frame.groupby("batch"):
+        if group.empty or not (group["reached"] & (group["status"] == "ok")).all():
+            continue
+        mean, low, high = mean_ci(group["seconds_to_target"].dropna())
+        out[int(batch)] = {
+            "measured_steps_to_target": float(group["steps_to_target"].mean()),
+            "measured_seconds_to_target": mean,
+            "measured_seconds_low": low,
+            "measured_seconds_high": high,
+        }
+    return out
+
+
+def _model_rows(
+    model_runs: pd.DataFrame,
+    curves: pd.DataFrame | None,
+    *,
+    predict_steps: int,
+    lr_decay: str | None,
+    measured: dict[int, dict[str, float]],
+    own: bool = True,
+) -> list[dict[str, Any]]:
+    """prediction.csv's rows for one mode × model."""
+    mode, model = model_runs["mode"].iloc[0], model_runs["model"].iloc[0]
+    runs = model_runs[model_runs["num_workers"] == chosen_workers(model_runs)]
+    batches = sorted(int(b) for b in runs["batch"].unique())
+    cal = core.calibration_sizes(batches)
+    ok = runs[runs["status"] == "ok"]
+    device_s = float(pd.to_numeric(runs.get("wall_s"), errors="coerce").sum())
+    base = {"mode": mode, "model": model, "device_seconds": device_s, "predicted_best": False}
+    rows = {b: dict(base, batch_size=b, calibration=b in cal) for b in batches}
+    for b, values in measured.items():
+        # this sweep's short runs stop before the target by design: only its full-length runs
+        # (or another sweep's, ``own`` False) measure steps to it
+        if b in rows and (b in cal or not own):
+            rows[b].update(values)
+
+    def fail(reason: str) -> list[dict[str, Any]]:
+        for row in rows.values():
+            row["note"] = f"no prediction: {reason}"
+        return list(rows.values())
+
+    if len(cal) < 2:
+        return fail("the sweep has fewer than two batch sizes to calibrate on")
+    steps: dict[int, list[float]] = {}
+    for b in cal:
+        group = runs[runs["batch"] == b]
+        missed = int((~(group["reached"] & (group["status"] == "ok"))).sum())
+        if missed:
+            return fail(
+                f"{missed} of {len(group)} calibration runs at batch {b} did not reach the target"
+            )
+        steps[b] = group["steps_to_target"].astype(float).tolist()
+    speeds = {b: _speeds(ok[ok["batch"] == b]) for b in batches}
+    try:
+        result = core.predict(steps, speeds)
+    except core.PredictionError as exc:
+        return fail(str(exc))
+
+    run_rows = _run_curves(curves, ok)
+    early = late = None
+    if not run_rows.empty:
+        early = core.pooled_noise_scale(*_g2_trace(run_rows[run_rows["step"] <= predict_steps]))
+        full = run_rows[run_rows["batch"].isin(cal)]
+        last = full.groupby(["batch", "seed"])["step"].transform("max")
+        late_rows = full[full["step"] > last * (1 - LATE_SHARE)]
+        late_rows = late_rows[late_rows["step"] > predict_steps]
+        late = core.pooled_noise_scale(*_g2_trace(late_rows))
+    drift = core.drift_flag(early, late)
+    schedule = schedule_text(ok, lr_decay)
+    batchnorm = None
+    if "batchnorm_layers" in ok:
+        layers = pd.to_numeric(ok["batchnorm_layers"], errors="coerce")
+        batchnorm = bool(layers.notna().any() and layers.max() > 0)
+    check = core.cross_check(result, early)
+    base_batch = cal[0]
+    base_steps = float(np.mean(steps[base_batch]))
+    s_low, s_high = result.s_min_interval or (math.nan, math.nan)
+    n_low, n_high = result.b_noise_interval or (math.nan, math.nan)
+    e_low, e_high = early.interval if early and early.interval else (math.nan, math.nan)
+    notes = [check, *result.notes]
+    if len(result.best_set) > 1:
+        others = ", ".join(str(b) for b in result.best_set if b != result.best)
+        notes.append(f"The bootstrap also picks {others} as the best in 2.5% or more of resamples.")
+    for p in result.batches:
+        row = rows[p.batch]
+        st = p.steps_interval or (math.nan, math.nan)
+        sec = p.seconds_interval or (math.nan, math.nan)
+        flags = core.flags(p.batch, cal, schedule=schedule, batchnorm=batchnorm, drift=drift)
+        row.update(
+            predicted_steps_to_target=p.steps,
+            predicted_steps_low=st[0],
+            predicted_steps_high=st[1],
+            predicted_seconds_to_target=p.seconds,
+            predicted_seconds_low=sec[0],
+            predicted_seconds_high=sec[1],
+            predicted_best=p.batch == result.best,
+            samples_per_s=p.samples_per_s,
+            s_min=result.line.s_min,
+            s_min_low=s_low,
+            s_min_high=s_high,
+            b_noise=result.line.b_noise,
+            b_noise_low=n_low,
+            b_noise_high=n_high,
+            b_simple_early=early.value if early else math.nan,
+            b_simple_early_low=e_low,
+            b_simple_early_high=e_high,
+            pollux_steps_to_target=(
+                core.pollux_steps(p.batch, early.value, base_batch, base_steps)
+                if early
+                else math.nan
+            ),
+            flags="; ".join(flags),
+            note=" ".join(notes),
+        )
+    return list(rows.values())
+
+
+def predict_frame(
+    summary: pd.DataFrame,
+    curves: pd.DataFrame | None = None,
+    *,
+    predict_steps: int = DEFAULT_PREDICT_STEPS,
+    lr_decay: str | None = None,
+    measured: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """prediction.csv as a frame: one row per mode × model × effective batch size. ``measured``
+    (another sweep's summary, every batch size run to the target) fills the measured columns;
+    without it they come from this sweep's own runs that reached the target."""
+    frame = prepare(summary)
+    train = frame[frame["mode"] == "train"]
+    reference = train if measured is None else prepare(measured)
+    out = []
+    for (_mode, model), runs in train.groupby(["mode", "model"], sort=True):
+        ref = reference[(reference["mode"] == "train") & (reference["model"] == model)]
+        if not ref.empty:
+            ref = ref[ref["num_workers"] == chosen_workers(ref)]
+        out += _model_rows(
+            runs,
+            curves,
+            predict_steps=predict_steps,
+            lr_decay=lr_decay,
+            measured=_measured(ref) if not ref.empty else {},
+            own=measured is None,
+        )
+    return pd.DataFrame(out).reindex(columns=COLUMNS)
+
+
+def best_line(rows: pd.DataFrame) -> str:
+    """One sentence: the predicted best batch size with its interval, or why there is none."""
+    if rows.empty:
+        return "No prediction."
+    best = rows[rows["predicted_best"].astype(str).str.lower() == "true"]
+    if best.empty:
+        notes = rows["note"].dropna()
+        return str(notes.iloc[0]) if len(notes) else "No prediction."
+    row = best.iloc[0]
+    low, high = row["predicted_seconds_low"], row["predicted_seconds_high"]
+    interval = "" if pd.isna(low) else f" [95% {low:.3g}-{high:.3g} s]"
+    calibration = rows.loc[rows["calibration"].astype(bool), "batch_size"]
+    sizes = ", ".join(str(int(b)) for b in calibration)
+    return (
+        f"Predicted best batch size (train.predict): {int(row['batch_size'])}, "
+        f"{row['predicted_seconds_to_target']:.3g} s to the target{interval}, from full-length "
+        f"runs at {sizes} and {row['device_seconds']:.0f} device-seconds in all."
+    )
+
+
+def _cell(value: float, low: float, high: float) -> str:
+    if pd.isna(value):
+        return ""
+    return f"{value:.3g}" + ("" if pd.isna(low) else f" [{low:.3g}-{high:.3g}]")
+
+
+def document_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The convergence report's table: predicted beside measured, per batch size."""
+    out = []
+    for row in rows.sort_values("batch_size").to_dict("records"):
+        best = " ★" if str(row["predicted_best"]).lower() == "true" else ""
+        steps = [row[f"predicted_steps_{k}"] for k in ("to_target", "low", "high")]
+        seconds = [row[f"predicted_seconds_{k}"] for k in ("to_target", "low", "high")]
+        measured = [row[f"measured_seconds_{k}"] for k in ("to_target", "low", "high")]
+        out.append(
+            {
+                "batch": f"{int(row['batch_size'])}{best}",
+                "run": "full" if row["calibration"] else "short",
+                "predicted steps [95%]": _cell(*steps),
+                "predicted s [95%]": _cell(*seconds),
+                "measured s [95%]": _cell(*measured),
+                "samples/s": _cell(row["samples_per_s"], math.nan, math.nan),
+                "flags": row["flags"] if isinstance(row["flags"], str) else "",
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def document_notes(rows: pd.DataFrame) -> list[str]:
+    """The prediction's fit, cross-check and caveats, one line each."""
+    first = rows.iloc[0]
+    if pd.isna(first["s_min"]):
+        return [str(first["note"])]
+    s_min = _cell(first["s_min"], first["s_min_low"], first["s_min_high"])
+    b_noise = _cell(first["b_noise"], first["b_noise_low"], first["b_noise_high"])
+    lines = [
+        f"Fit S(B) = S_min (1 + B_noise/B): S_min {s_min} steps, B_noise {b_noise} samples "
+        "(95% bootstrap over seeds).",
+        str(first["note"]),
+        f"Compute the prediction spent: {first['device_seconds']:.0f} device-seconds (every run's "
+        "wall_s).",
+    ]
+    flags = sorted(set(";".join(rows["flags"].dropna().astype(str)).split(";")) - {""})
+    lines += [f"Flag: {flag.strip()}." for flag in flags]
+    return lines
+
+
+def figure(table: pd.DataFrame):
+    """Seconds to the target vs batch size: predicted (line and band) beside measured."""
+    models = list(dict.fromkeys(table["model"])) or ["(none)"]
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        rows = table[table["model"] == model].sort_values("batch_size")
+        ax.set_title(model)
+        ax.set_xlabel("effective batch size")
+        ax.set_ylabel("seconds to target")
+        predicted = rows.dropna(subset=["predicted_seconds_to_target"])
+        if predicted.empty:
+            note = rows["note"].dropna()
+            ax.text(
+                0.5,
+                0.5,
+                note.iloc[0] if len(note) else "no prediction",
+                ha="center",
+                va="center",
+                wrap=True,
+                transform=ax.transAxes,
+                fontsize=8,
+            )
+            continue
+        x = predicted["batch_size"].astype(float)
+        ax.plot(x, predicted["predicted_seconds_to_target"], "-", color="C0", label="predicted")
+        if predicted["predicted_seconds_low"].notna().any():
+            ax.fill_between(
+                x,
+                predicted["predicted_seconds_low"],
+                predicted["predicted_seconds_high"],
+                color="C0",
+                alpha=0.2,
+            )
+        cal = predicted[predicted["calibration"].astype(bool)]
+        ax.plot(
+            cal["batch_size"],
+            cal["predicted_seconds_to_target"],
+            "o",
+            mfc="none",
+            color="C0",
+            label="calibration (full-length runs)",
+        )
+        best = predicted[predicted["predicted_best"].astype(bool)]
+        ax.plot(
+            best["batch_size"],
+            best["predicted_seconds_to_target"],
+            "*",
+            ms=14,
+            color="C0",
+            label="predicted best",
+        )
+        measured = rows.dropna(subset=["measured_seconds_to_target"])
+        if not measured.empty:
+            y = measured["measured_seconds_to_target"]
+            err = np.vstack(
+                [
+                    y - measured["measured_seconds_low"].fillna(y),
+                    measured["measured_seconds_high"].fillna(y) - y,
+                ]
+            )
+            ax.errorbar(
+                measured["batch_size"],
+                y,
+                yerr=err,
+                fmt="s",
+                color="C3",
+                capsize=3,
+                label="measured",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m batchscope.report.prediction",
+        description="Predicted steps and seconds to the target at every batch size.",
+    )
+    parser.add_argument("--summary", required=True, help="summary.csv of the predict sweep")
+    parser.add_argument("--curves", required=True, help="curves.csv of the same sweep")
+    parser.add_argument("--output", required=True, help="prediction.csv to write")
+    parser.add_argument("--figure", help="PNG: predicted beside measured seconds to target")
+    parser.add_argument(
+        "--predict-steps",
+        type=int,
+        default=DEFAULT_PREDICT_STEPS,
+        help="updates of the short runs (train.predict_steps)",
+    )
+    parser.add_argument("--lr-decay", default=None, help="train.lr_decay (the schedule flag)")
+    parser.add_argument("--measured", help="another sweep's summary.csv, run to the target")
+    args = parser.parse_args(argv)
+    summary = pd.read_csv(args.summary)
+    curves = pd.read_csv(args.curves, low_memory=False)
+    measured = pd.read_csv(args.measured) if args.measured else None
+    table = predict_frame(
+        summary, curves, predict_steps=args.predict_steps, lr_decay=args.lr_decay, measured=measured
+    )
+    results.write_text(args.output, table.to_csv(index=False))
+    if args.figure:
+        fig = figure(table)
+        save_png(fig, Path(args.figure))
+        plt.close(fig)
+    for _model, rows in table.groupby("model", sort=True):
+        print(f"{_model}: {best_line(rows)}")
+        for flag in sorted(set(";".join(rows["flags"].dropna().astype(str)).split(";")) - {""}):
+            print(f"  flag: {flag.strip()}")
+        note = rows["note"].dropna()
+        if len(note):
+            print(f"  {note.iloc[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
