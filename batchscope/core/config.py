@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,37 @@ def _fill(value: Any, node: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
     return value
 
 
+def resolve_paths(config: Mapping[str, Any], base_dirs: Sequence[str]) -> dict[str, Any]:
+    """A copy of ``config`` with its relative data paths (``dataset.path``, ``dataset.mirrors``
+    that are plain folders) absolute: under the first of ``base_dirs`` that has them (the
+    workflow passes the config file's folder, then the working directory, as for the paths of
+    model entries: :mod:`batchscope.core.models`). A path found in none is left as written, for
+    :func:`check` to name."""
+    resolved = copy.deepcopy(dict(config))
+    dataset = resolved.get("dataset")
+    if not isinstance(dataset, dict):
+        return resolved
+    if isinstance(dataset.get("path"), str):
+        dataset["path"] = _found(dataset["path"], base_dirs)
+    if isinstance(dataset.get("mirrors"), list):
+        dataset["mirrors"] = [
+            m if not isinstance(m, str) or "://" in m else _found(m, base_dirs)
+            for m in dataset["mirrors"]
+        ]
+    return resolved
+
+
+def _found(path: str, base_dirs: Sequence[str]) -> str:
+    expanded = os.path.expanduser(path)
+    if os.path.isabs(expanded):
+        return path
+    for folder in base_dirs:
+        candidate = os.path.join(folder, expanded)
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    return path
+
+
 def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` for the most relevant problem in ``config``, if any."""
     validator = jsonschema.Draft202012Validator(schema)
@@ -128,7 +159,13 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
         if not path:
             raise ConfigError("config key dataset.path: required when dataset.name is imagefolder")
         if not os.path.isdir(path):
-            raise ConfigError(f"config key dataset.path: {path!r} is not a folder")
+            where = (
+                ""
+                if os.path.isabs(path)
+                else " (a relative path is looked for beside the config file, then in the"
+                " working directory)"
+            )
+            raise ConfigError(f"config key dataset.path: {path!r} is not a folder{where}")
     elif "path" in dataset:
         raise ConfigError("config key dataset.path: only used when dataset.name is imagefolder")
     train = config.get("train", {})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchscope.core.config import ConfigError, check, load_schema
+from batchscope.core.config import ConfigError, check, load_schema, resolve_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
@@ -98,6 +98,29 @@ def test_imagefolder_path_must_exist(tmp_path):
     config["dataset"]["path"] = str(tmp_path)
     config["batch_sizes"] = [8]
     check(config, SCHEMA)
+
+
+def test_relative_data_paths_are_found_beside_the_config_before_the_working_directory(tmp_path):
+    # the workflow passes the config file's folder, then the working directory (--directory)
+    beside, workdir = tmp_path / "examples" / "x", tmp_path / "out"
+    for folder in (beside / "jpegs", workdir / "jpegs", workdir / "mirror"):
+        folder.mkdir(parents=True)
+    dataset = {"name": "imagefolder", "path": "jpegs", "mirrors": ["mirror/", "http://m/", "no/"]}
+    config = {"dataset": dataset, "models": ["small_cnn"]}
+    resolved = resolve_paths(config, [str(beside), str(workdir)])["dataset"]
+    assert resolved["path"] == str(beside / "jpegs")
+    assert resolved["mirrors"] == [str(workdir / "mirror"), "http://m/", "no/"]
+    assert config["dataset"]["path"] == "jpegs"  # a copy: the config given is left as it was
+    absolute = {"name": "imagefolder", "path": str(workdir / "jpegs")}
+    assert resolve_paths({"dataset": absolute}, [str(beside)])["dataset"] == absolute
+
+
+def test_a_relative_image_folder_found_nowhere_says_where_it_was_looked_for(tmp_path):
+    config = _with("dataset", {"name": "imagefolder", "path": "missing"})
+    config = resolve_paths(config, [str(tmp_path)])
+    message = _one_line_error(config)
+    assert message.startswith("config key dataset.path: 'missing' is not a folder")
+    assert "beside the config file, then in the working directory" in message
 
 
 def _image_folder(root: Path, counts: dict[str, int], ext: str = ".jpg") -> Path:

@@ -7,7 +7,13 @@ import shlex
 from snakemake.settings.types import DeploymentMethod
 
 from batchscope.core import paths, prediction, results, rounds, spec
-from batchscope.core.config import ConfigError, check, load_schema, with_defaults
+from batchscope.core.config import (
+    ConfigError,
+    check,
+    load_schema,
+    resolve_paths,
+    with_defaults,
+)
 
 
 def job_path_prefix(interpreter):
@@ -32,6 +38,17 @@ def job_path_prefix(interpreter):
 
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+
+# Relative paths in the config (the data's here, the model entries' in models.smk): the config
+# file's folder first, then the working directory (--directory).
+CONFIG_DIRS = [
+    os.path.dirname(os.path.abspath(path))
+    for path in (
+        workflow.overwrite_configfiles
+        or [os.path.join(workflow.basedir, "config", "config.yaml")]
+    )
+] + [os.getcwd()]
+config.update(resolve_paths(config, CONFIG_DIRS))
 
 # One line naming the key, before any job starts; then Snakemake's own validate fills defaults.
 try:

@@ -4,17 +4,10 @@
 # mistake in any entry stops the sweep before its first measurement.
 from batchscope.core import models as model_entries
 
-# Relative paths in an entry: the config file's folder first, then the working directory.
-MODEL_DIRS = [
-    os.path.dirname(os.path.abspath(path))
-    for path in (
-        workflow.overwrite_configfiles
-        or [os.path.join(workflow.basedir, "config", "config.yaml")]
-    )
-] + [os.getcwd()]
+# Relative paths in an entry: CONFIG_DIRS (common.smk), the config file's folder first.
 
 try:
-    MODEL_SPECS = model_entries.parse_all(config["models"], MODEL_DIRS)
+    MODEL_SPECS = model_entries.parse_all(config["models"], CONFIG_DIRS)
 except model_entries.ModelEntryError as error:
     sys.exit(f"batchscope: {error}")
 # The entries with their paths absolute: every spec built from the config finds the same files.
