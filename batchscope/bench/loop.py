@@ -197,6 +197,9 @@ def _batches(loader: DataLoader, stamps: dict) -> Iterator:
     """Batches of ``loader`` epoch after epoch; notes when the first iterator is set up."""
     for epoch in itertools.count():
         started = time.perf_counter()
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):  # a rank's DistributedSampler: reshuffle per epoch
+            sampler.set_epoch(epoch)
         batches = iter(loader)  # starts the worker processes
         if epoch == 0:
             stamps["iter_started"] = started
@@ -432,6 +435,7 @@ def measured_loop(
     after_step: Callable[[int, int, torch.Tensor, torch.Tensor], dict | None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     utilisation=None,
+    agree: Callable[[bool], bool] | None = None,
 ) -> dict:
     """Run ``step_fn`` over ``loader`` and return the timing summary and status.
 
@@ -440,6 +444,8 @@ def measured_loop(
     step (validation). Both are off the clock; what they return is added to that step's row.
     When ``should_stop()`` then says so, the run ends there (``stopped_early`` in the result).
     ``utilisation`` (a ``measure.GpuUtilisation``) samples only during the measured steps.
+    ``agree(done)`` (a data-parallel run's) makes every rank end at the same step: the run
+    ends when any rank's would (its windows full on its clock, its loss non-finite).
     """
     planned = planned_steps(spec, len(loader))
     if planned <= spec.measure.warmup_steps:
@@ -489,6 +495,8 @@ def measured_loop(
             bar.update()
             state.poll()
             done = state.status != "ok" or state.finished()
+            if agree is not None:
+                done = agree(done)
             host_paused = 0.0
             if not done:
                 extra, host_paused = _run_hook(

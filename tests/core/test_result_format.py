@@ -179,7 +179,7 @@ def test_summary_rows_are_results_or_absent_points(summary_row):
 
 def _write(folder: Path, result: dict) -> Path:
     """A result and a two-step steps CSV where the workflow puts them."""
-    stem = paths.RUN.format(**result).removeprefix("results/")
+    stem = paths.run_stem(result).removeprefix("results/")
     path = folder / f"{stem}.json"
     results.write_json(path, result)
     rows = [{"step": i, "phase": "measured", "samples_seen": 64 * i, "elapsed_s": 0.1 * i,

@@ -377,6 +377,7 @@ def test_missing_result_is_an_error_unless_allowed(tmp_path):
             "batch_size": 64,
             "accumulation_steps": 1,
             "num_workers": 0,
+            "devices": 1,
             "seed": 0,
             "round": 1,
             "status": "missing",
@@ -403,12 +404,16 @@ def test_grid_point_of_a_path_follows_the_workflow_naming():
         "batch_size": 512,
         "accumulation_steps": 1,
         "num_workers": 4,
+        "devices": 1,
         "seed": 3,
         "round": 2,
     }
     # a result from before rounds existed was the only round
     old = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3.json")
     assert old == {**grid, "round": 1}
+    # several devices: the tag one-device paths lack
+    two = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_dev2_seed3.json")
+    assert two == {**grid, "devices": 2, "round": 1}
     with pytest.raises(ValueError, match="cannot tell its grid point"):
         aggregate.grid_of_path("results/runs/infer/resnet18/result.json")
 
