@@ -1,0 +1,64 @@
+"""Runs on several devices, the parts that need no second process: what rank 0 makes of every
+rank's measurement, and the line that names the rank that failed a job."""
+
+import pytest
+
+from batchscope.bench import ddp
+from batchscope.bench.torchrun_failure import failure_line
+
+# torchrun's report when rank 1 was killed and rank 0 then failed on the broken connection
+ROOT_CAUSE = """\
+batchscope bench: rank 0 of 2: error: RuntimeError: Connection reset by peer
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+batchscope.bench FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 11)
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-05_06:56:41
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 12)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 12
+=======================================================
+"""
+
+
+def test_a_killed_rank_is_named_not_the_rank_that_lost_it():
+    assert failure_line(ROOT_CAUSE, 2) == (
+        "batchscope bench: rank 1 of 2 died: exit code -9 (SIGKILL)"
+    )
+
+
+def test_a_rank_that_raised_is_named_with_its_own_error():
+    own = "batchscope bench: rank 1 of 2: error: ValueError: bad batch\n"
+    log = own + ROOT_CAUSE.replace("exitcode  : -9 (pid: 12)  (SIGKILL)", "exitcode  : 1")
+    assert failure_line(log, 2) == own.strip()
+
+
+def test_a_log_without_a_report_still_gives_one_line():
+    assert failure_line("", 4) == "batchscope bench: the 4-device run failed"
+
+
+def _rank(rate, wait, peak):
+    return {"samples_per_s": rate, "data_wait_frac": wait, "peak_mem_mb": peak}
+
+
+def test_rank_zero_reports_the_sum_the_slowest_wait_and_the_largest_memory():
+    group = ddp.Group(rank=0, world_size=2, local_rank=0, local_world_size=2)
+    outcome = {"samples_per_s_windows": [90.0, 110.0], "samples_per_s_iqr": 10.0}
+    ranks = [_rank(100.0, 0.1, 500.0), _rank(300.0, 0.3, 400.0)]
+    combined = ddp.combine(outcome, ranks, group)
+    assert combined["samples_per_s"] == pytest.approx(400.0)
+    assert combined["samples_per_s_per_rank"] == [100.0, 300.0]
+    assert (combined["data_wait_frac"], combined["peak_mem_mb"]) == (0.3, 500.0)
+    assert combined["world_size"] == 2
+    # rank 0's windows, scaled to the whole run (x4 here)
+    assert combined["samples_per_s_windows"] == pytest.approx([360.0, 440.0])
+    assert combined["samples_per_s_iqr"] == pytest.approx(40.0)
