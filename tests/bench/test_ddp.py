@@ -1,10 +1,16 @@
 """Runs on several devices, the parts that need no second process: what rank 0 makes of every
 rank's measurement, and the line that names the rank that failed a job."""
 
+import contextlib
+
 import pytest
+import torch
 
 from batchscope.bench import ddp
+from batchscope.bench.loop import NO_PHASES
+from batchscope.bench.steps import train_step
 from batchscope.bench.torchrun_failure import failure_line
+from tests.factories import make_spec
 
 # torchrun's report when rank 1 was killed and rank 0 then failed on the broken connection
 ROOT_CAUSE = """\
@@ -62,3 +68,36 @@ def test_rank_zero_reports_the_sum_the_slowest_wait_and_the_largest_memory():
     # rank 0's windows, scaled to the whole run (x4 here)
     assert combined["samples_per_s_windows"] == pytest.approx([360.0, 440.0])
     assert combined["samples_per_s_iqr"] == pytest.approx(40.0)
+
+
+class _Synced(torch.nn.Module):
+    """Stands in for DDP: counts the backward passes run inside and outside ``no_sync``."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+        self.quiet = False
+        self.passes = {"no_sync": 0, "synced": 0}
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        self.quiet = True
+        try:
+            yield
+        finally:
+            self.quiet = False
+
+    def forward(self, x):
+        out = self.inner(x)
+        kind = "no_sync" if self.quiet else "synced"
+        out.register_hook(lambda grad: self.passes.__setitem__(kind, self.passes[kind] + 1))
+        return out
+
+
+def test_accumulation_all_reduces_only_on_the_last_micro_batch():
+    spec = make_spec("train", batch_size=2, accumulation_steps=3)
+    model = _Synced()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = train_step(model, optimizer, spec, torch.device("cpu"))
+    step(torch.randn(6, 1, 2, 2), torch.randint(0, 3, (6,)), NO_PHASES)
+    assert model.passes == {"no_sync": 2, "synced": 1}
