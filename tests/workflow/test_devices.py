@@ -119,3 +119,44 @@ def test_the_scaling_plot_and_a_recommendation_per_devices_value(sweep):
     answers = json.loads((workdir / "results" / "recommendation.json").read_text())["answers"]
     assert sorted(a["devices"] for a in answers) == [1, 2]
     assert "On 2 devices" in (workdir / "results" / "recommendation.md").read_text()
+
+
+def _planned_jobs(output: str) -> dict[str, tuple[str, str]]:
+    """devices_tag -> (resources line, shell command) of each bench_ddp job a dry run prints."""
+    jobs, tag, resources = {}, None, None
+    for line in output.splitlines():
+        line = line.strip()
+        if line.startswith("wildcards:") and "devices_tag=" in line:
+            tag = line.split("devices_tag=")[1].split(",")[0]
+        elif line.startswith("resources:") and tag:
+            resources = line
+        elif line.startswith("Shell command:") and tag and "torch.distributed.run" in line:
+            jobs[tag] = (resources, line)
+            tag = None
+    return jobs
+
+
+def test_slurm_resources_one_node_up_to_gpus_per_node_then_whole_nodes(tmp_path):
+    """What the SLURM executor is asked for (the rule's resources) and how torchrun starts:
+    written for clusters of several nodes, which cannot be tried here."""
+    sweep = {**TINY, "device": "cuda", "devices": [4, 16], "slurm": {"gpus_per_node": 8}}
+    sweep["num_workers"] = [2]
+    config = write_config(tmp_path, **sweep)
+    done = snakemake(
+        tmp_path, "-n", "-p", "--cores", "8", "--set-threads", "bench_ddp=2",
+        "--configfile", str(config),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = _planned_jobs(done.stdout + done.stderr)
+    one_node, resources_4 = jobs["_dev4"][1], jobs["_dev4"][0]
+    for expected in ("mpi=torchrun", "nodes=1", "tasks=4", "tasks_per_gpu=1", "gpu=4"):
+        assert expected in resources_4
+    assert "cpus_per_task=3" in resources_4  # a rank's thread (2 // 4, at least 1) + 2 workers
+    assert "torch.distributed.run --standalone --nproc-per-node 4 -m batchscope.bench" in one_node
+    nodes, resources_16 = jobs["_dev16"][1], jobs["_dev16"][0]
+    for expected in ("nodes=2", "tasks=2", "tasks_per_gpu=0", "gpu=0", "gres=gpu:8"):
+        assert expected in resources_16
+    assert "cpus_per_task=24" in resources_16  # 8 ranks a node, each 1 thread + 2 workers
+    assert "srun --ntasks-per-node=1 --nodes=2" in nodes
+    assert "--nnodes 2 --nproc-per-node 8" in nodes and "--rdzv-backend c10d" in nodes
+    assert '--rdzv-endpoint $(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1):' in nodes
