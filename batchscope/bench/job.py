@@ -36,6 +36,8 @@ from batchscope.core.spec import RunSpec, SpecError
 TOO_LARGE_FOR_DATA = results.TOO_LARGE_FOR_DATA
 #: The status of a trial whose batch the model cannot run, for a reason other than memory.
 CANNOT_RUN = results.CANNOT_RUN
+#: How a job's one-line error starts (a rank of a multi-device run names itself).
+_ERROR = "batchscope bench: error:"
 #: Test hook: the rank this names (``RANK``) dies by SIGKILL once the process group is up.
 FAULT_RANK_ENV = "BATCHSCOPE_FAULT_RANK"
 
@@ -54,15 +56,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    error = f"batchscope bench: rank {rank} of {world}: error:" if world > 1 else _ERROR
+    prefix = f"batchscope bench: rank {rank} of {world}: error:" if world > 1 else _ERROR
     try:
         spec = RunSpec.read(args.spec)
     except SpecError as exc:
-        print(f"{error} {exc}", file=sys.stderr)
+        print(f"{prefix} {exc}", file=sys.stderr)
         return 1
     if spec.devices != world:
         print(
-            f"{error} the spec is for {spec.devices} device(s) but {world} process(es) run it:"
+            f"{prefix} the spec is for {spec.devices} device(s) but {world} process(es) run it:"
             f" start it with python -m torch.distributed.run --nproc-per-node {spec.devices}",
             file=sys.stderr,
         )
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import_what_the_run_needs(spec)
     except ModelError as exc:  # the model's library is not installed
-        print(f"{error} {exc}", file=sys.stderr)
+        print(f"{prefix} {exc}", file=sys.stderr)
         return 1
     from batchscope.bench.data import DatasetError, one_line
     from batchscope.bench.loop import NothingToMeasure
@@ -84,24 +86,21 @@ def main(argv: list[str] | None = None) -> int:
         if spec.kind == "trial":  # the search's answer for this size, not a failure
             results.write_json(args.output, {"status": TOO_LARGE_FOR_DATA, "error": str(exc)})
             return 0
-        print(f"{error} {exc}", file=sys.stderr)
+        print(f"{prefix} {exc}", file=sys.stderr)
         return 1
     except (DeviceError, DatasetError, ModelError) as exc:  # bad input: one line
-        print(f"{error} {exc}", file=sys.stderr)
+        print(f"{prefix} {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
         if spec.kind != "trial" or is_oom(exc):
             if world > 1:  # the line that names the rank, before the traceback
-                print(f"{error} {type(exc).__name__}: {one_line(exc)}"[:500], file=sys.stderr)
+                print(f"{prefix} {type(exc).__name__}: {one_line(exc)}"[:500], file=sys.stderr)
             raise
         # the model refuses this batch: the search's answer for this size, not a failure
         error = f"{type(exc).__name__}: {one_line(exc)}"[:500]
         results.write_json(args.output, {"status": CANNOT_RUN, "error": error})
         print(f"batchscope bench: batch {spec.batch_size} cannot run: {error}", file=sys.stderr)
         return 0
-
-
-_ERROR = "batchscope bench: error:"
 
 
 def import_what_the_run_needs(spec: RunSpec) -> None:

@@ -101,3 +101,19 @@ def test_accumulation_all_reduces_only_on_the_last_micro_batch():
     step = train_step(model, optimizer, spec, torch.device("cpu"))
     step(torch.randn(6, 1, 2, 2), torch.randint(0, 3, (6,)), NO_PHASES)
     assert model.passes == {"no_sync": 2, "synced": 1}
+
+
+def test_a_two_device_spec_run_as_one_process_is_one_line(tmp_path, monkeypatch, capsys):
+    from batchscope.bench import job
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    spec = tmp_path / "spec.json"
+    spec.write_text(make_spec("train", devices=2).to_json())
+    out = [str(spec), "--output", str(tmp_path / "r.json"), "--steps", str(tmp_path / "s.csv")]
+    assert job.main(out) == 1
+    assert capsys.readouterr().err == (
+        "batchscope bench: error: the spec is for 2 device(s) but 1 process(es) run it: start it"
+        " with python -m torch.distributed.run --nproc-per-node 2\n"
+    )
+    assert not (tmp_path / "r.json").exists()
