@@ -58,3 +58,23 @@ for t in found["trials"]:
     print({k: t.get(k) for k in ("batch_size", "fits", "status", "cuda_max_allocated_mb", "cuda_peak_device_mb",
                                  "cuda_max_reserved_mb", "peak_mem_mb")})
 PY
+# issue 14: data-parallel runs on 1 vs 2 GPUs (torchrun, NCCL), only where two GPUs are present:
+# per-rank throughput and the scaling efficiency of each point
+gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+if [ "${gpus:-0}" -ge 2 ]; then
+    mkdir -p "$out-ddp"
+    printf 'devices: [1, 2]\nmodes: [train]\nbatch_sizes: [256, 1024]\nnum_workers: [4]\n' \
+        > "$out-ddp/ddp.yaml"  # on top of config/gpu_check.yaml
+    snakemake -s "$repo/Snakefile" --directory "$out-ddp" --configfile "$repo/config/gpu_check.yaml" \
+        "$out-ddp/ddp.yaml" --cores "$(nproc)"
+    python - "$out-ddp/results/summary.csv" <<'PY'
+import sys
+import pandas as pd
+cols = ["mode", "batch_size", "devices", "round", "status", "samples_per_s", "samples_per_s_per_rank",
+        "global_batch_size", "data_wait_frac", "peak_mem_mb", "scaling_efficiency"]
+print(pd.read_csv(sys.argv[1])[cols].to_string(index=False))
+PY
+    grep -i "devices" "$out-ddp/results/recommendation.md" || true
+else
+    echo "multi-GPU check skipped: ${gpus:-0} GPU(s), it needs 2"
+fi

@@ -63,6 +63,7 @@ def make_spec(
     accumulation_steps: int = 1,
     num_workers: int = 0,
     seed: int = 0,
+    devices: int = 1,
     **config_changes: Any,
 ) -> spec_module.RunSpec:
     """The run spec of one grid point of ``sweep_config(**config_changes)``."""
@@ -75,6 +76,7 @@ def make_spec(
         accumulation_steps=accumulation_steps,
         num_workers=num_workers,
         seed=seed,
+        devices=devices,
     )
 
 
@@ -156,6 +158,7 @@ def fake_result(
         "batch_size": 64,
         "accumulation_steps": 1,
         "num_workers": 0,
+        "devices": 1,
         "seed": 0,
         "round": 1,
     }
@@ -171,6 +174,7 @@ def fake_result(
         "samples_per_s": 1000.0 if ok else None,
         "samples_per_s_iqr": 20.0 if ok else None,
         "samples_per_s_windows": [990.0, 1000.0, 1030.0] if ok else None,
+        "samples_per_s_per_rank": [1000.0 / grid["devices"]] * grid["devices"] if ok else None,
         "repeats": 3 if ok else 0,
         "noisy": False if ok else None,
         "steps_run": 12 if ok else 5 if measured else 0,
@@ -210,6 +214,8 @@ def fake_result(
         "dry_run_peak_mem_mb": 95.0 if measured else None,
         "cpu_memory_budget_mb": None,
         "effective_batch_size": batch,
+        "global_batch_size": batch * grid["devices"],
+        "world_size": grid["devices"],
         "epochs": 1,
         "max_steps": 12,
         "optimizer": "sgd" if train else None,

@@ -7,9 +7,16 @@ Writes the steps CSV, then the result JSON (both atomically). An OOM or a diverg
 result (exit 0); any other error exits non-zero with one line and writes nothing, except in a
 largest-batch trial (spec kind ``trial``), where a batch too large for the data is a result too
 (``status: too_large_for_data``), and so is a batch the model cannot run for a reason other
-than memory (``status: cannot_run``: BatchNorm refusing batch 1, say). A compute-only ceiling
-run (spec kind ``ceiling``) steps over a few batches built on the device before the clock
-(``batchscope.bench.data.DeviceBatches``), not a DataLoader. Imports no plotting library.
+than memory (``status: cannot_run``: BatchNorm refusing batch 1, say). A run on several devices
+(spec ``devices`` > 1) is one process per device started by torchrun::
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m batchscope.bench SPEC ...
+
+where each rank measures its share and rank 0 alone writes the result; a rank that fails
+prints ``batchscope bench: rank R of N: error: ...`` (and torchrun stops the others). A
+compute-only ceiling run (spec kind ``ceiling``) steps over a few batches built on the device
+before the clock (``batchscope.bench.data.DeviceBatches``), not a DataLoader. Imports no
+plotting library.
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ from batchscope.core.spec import RunSpec, SpecError
 TOO_LARGE_FOR_DATA = results.TOO_LARGE_FOR_DATA
 #: The status of a trial whose batch the model cannot run, for a reason other than memory.
 CANNOT_RUN = results.CANNOT_RUN
+#: How a job's one-line error starts (a rank of a multi-device run names itself).
+_ERROR = "batchscope bench: error:"
+#: Test hook: the rank this names (``RANK``) dies by SIGKILL once the process group is up.
+FAULT_RANK_ENV = "BATCHSCOPE_FAULT_RANK"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,17 +55,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    prefix = f"batchscope bench: rank {rank} of {world}: error:" if world > 1 else _ERROR
     try:
         spec = RunSpec.read(args.spec)
     except SpecError as exc:
-        print(f"batchscope bench: error: {exc}", file=sys.stderr)
+        print(f"{prefix} {exc}", file=sys.stderr)
+        return 1
+    if spec.devices != world:
+        print(
+            f"{prefix} the spec is for {spec.devices} device(s) but {world} process(es) run it:"
+            f" start it with python -m torch.distributed.run --nproc-per-node {spec.devices}",
+            file=sys.stderr,
+        )
         return 1
     from batchscope.bench.models import ModelError
 
     try:
         import_what_the_run_needs(spec)
     except ModelError as exc:  # the model's library is not installed
-        print(f"batchscope bench: error: {exc}", file=sys.stderr)
+        print(f"{prefix} {exc}", file=sys.stderr)
         return 1
     from batchscope.bench.data import DatasetError, one_line
     from batchscope.bench.loop import NothingToMeasure
@@ -66,13 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         if spec.kind == "trial":  # the search's answer for this size, not a failure
             results.write_json(args.output, {"status": TOO_LARGE_FOR_DATA, "error": str(exc)})
             return 0
-        print(f"batchscope bench: error: {exc}", file=sys.stderr)
+        print(f"{prefix} {exc}", file=sys.stderr)
         return 1
     except (DeviceError, DatasetError, ModelError) as exc:  # bad input: one line
-        print(f"batchscope bench: error: {exc}", file=sys.stderr)
+        print(f"{prefix} {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
         if spec.kind != "trial" or is_oom(exc):
+            if world > 1:  # the line that names the rank, before the traceback
+                print(f"{prefix} {type(exc).__name__}: {one_line(exc)}"[:500], file=sys.stderr)
             raise
         # the model refuses this batch: the search's answer for this size, not a failure
         error = f"{type(exc).__name__}: {one_line(exc)}"[:500]
@@ -131,9 +153,17 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
 
     env = envinfo.runtime(spec.device)  # before threads and seeds are set: the environment as given
     device = measure.resolve_device(spec.device)
+    group = None
+    if spec.devices > 1:
+        from batchscope.bench import ddp
+
+        group, device = ddp.start(device)
+        _injected_fault(group.rank)
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if args.threads:
-        torch.set_num_threads(max(1, min(args.threads, affinity)))
+        # the job's threads are shared by the ranks on this node
+        per_rank = args.threads // group.local_world_size if group else args.threads
+        torch.set_num_threads(max(1, min(per_rank, affinity)))
     seeds = seeding.seed_everything(
         spec.seed, deterministic=spec.deterministic, compile=spec.compute.compile
     )
@@ -149,17 +179,22 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     print(
         f"batchscope bench: {spec.mode} {spec.model} on {spec.dataset.name},"
         f" batch_size={spec.batch_size} accumulation_steps={spec.accumulation_steps}"
-        f" num_workers={spec.num_workers} seed={spec.seed}"
+        f" num_workers={spec.num_workers} devices={spec.devices} seed={spec.seed}"
         f" device={device} threads={torch.get_num_threads()} env={env['fingerprint']}",
         file=sys.stderr,
     )
     batches = _ceiling_batches(spec, device, work.dataset) if spec.kind == "ceiling" else None
     with ForeignLoad() as foreign:
         outcome, steps = runner.run(
-            model, spec, device, work.dataset, val.dataset if val else None, batches=batches
-        )
-    outcome.update(foreign.fields())
+            model, spec, device, work.dataset, val.dataset if val else None,
+            batches=batches, group=group,
+        )  # fmt: skip
     context = {"env": env, "device": device, "seeds": seeds, "work": work, "channels": channels}
+    outcome.update(foreign.fields())
+    if group is not None:
+        context["foreign"] = foreign
+        measured, clock = (outcome, steps), (started, started_at)
+        return _finish_distributed(spec, args, group, measured, flops, context, model, clock)
     result = _result(spec, outcome, flops, context, torch.get_num_threads())
     result.update(models.result_fields(spec.model_entry, model))
     # after the validation pass too, the allocator's cache still held: the search's judgement
@@ -169,6 +204,53 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     results.write_csv(args.steps, steps, results.STEP_COLUMNS)
     results.write_json(args.output, result)
     summary = {k: result[k] for k in ("status", "samples_per_s", "peak_mem_mb", "val_accuracy")}
+    print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
+    return 0
+
+
+def _injected_fault(rank: int) -> None:
+    """The test hook: die as a lost process does, with no line and no clean-up."""
+    if os.environ.get(FAULT_RANK_ENV) == str(rank):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _finish_distributed(spec, args, group, measured, flops, context, model, clock) -> int:
+    """Gather every rank's measurement on rank 0, which writes the result; the others write
+    nothing. A rank out of memory fails the job: the others are held in an all-reduce it will
+    never join, and torchrun stops them once it has exited."""
+    import torch
+
+    from batchscope.bench import ddp, measure, models
+
+    (outcome, steps), (started, started_at) = measured, clock
+    if outcome["status"] == "oom":
+        error = f"batchscope bench: rank {group.rank} of {group.world_size}: error:"
+        print(f"{error} out of memory: {outcome['error']}", file=sys.stderr)
+        return 1
+    mine = {key: outcome.get(key) for key in ddp.GATHERED}
+    mine["cuda_peak_device_mb"] = measure.cuda_peak_device_mb(context["device"])
+    mine["own_cpu_s"], mine["host"] = context["foreign"].own_s, os.uname().nodename
+    ranks = group.gather(mine)
+    ddp.stop()
+    if not group.leader:
+        return 0
+    outcome.update(ddp.combine(outcome, ranks, group))
+    foreign = context["foreign"]
+    if foreign.foreign_cpu_s is not None:  # the other ranks on this machine are not foreign
+        siblings = [r["own_cpu_s"] or 0.0 for r in ranks[1:] if r["host"] == ranks[0]["host"]]
+        foreign.discount(foreign.foreign_cpu_s - sum(siblings))
+        outcome.update(foreign.fields())
+    result = _result(spec, outcome, flops, context, torch.get_num_threads())
+    result.update(models.result_fields(spec.model_entry, model))
+    peaks = [r["cuda_peak_device_mb"] for r in ranks if r["cuda_peak_device_mb"] is not None]
+    result["cuda_peak_device_mb"] = max(peaks) if peaks else None
+    result["started_at"] = started_at
+    result["wall_s"] = time.perf_counter() - started
+    results.write_csv(args.steps, steps, results.STEP_COLUMNS)
+    results.write_json(args.output, result)
+    summary = {k: result[k] for k in ("status", "samples_per_s", "samples_per_s_per_rank")}
     print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
     return 0
 
@@ -207,8 +289,15 @@ def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) ->
         "batch_size": spec.batch_size,
         "accumulation_steps": spec.accumulation_steps,
         "num_workers": spec.num_workers,
+        "devices": spec.devices,
         "seed": spec.seed,
         "round": spec.round,
+        "world_size": outcome.pop("world_size", 1),
+        "global_batch_size": spec.global_batch_size,
+        "samples_per_s_per_rank": outcome.pop(
+            "samples_per_s_per_rank",
+            None if outcome["samples_per_s"] is None else [outcome["samples_per_s"]],
+        ),
         "device": str(device),
         "device_name": env["device_name"],
         **outcome,

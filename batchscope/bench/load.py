@@ -61,6 +61,8 @@ class ForeignLoad:
     foreign_cpu_s: float | None = None
     foreign_cpu_frac: float | None = None
     loadavg_1m: float | None = None
+    #: this process tree's own CPU seconds over the block
+    own_s: float | None = None
 
     def __enter__(self) -> ForeignLoad:
         self._wall = time.monotonic()
@@ -73,14 +75,21 @@ class ForeignLoad:
         wall_s = time.monotonic() - self._wall
         if busy is None or self._busy is None or wall_s <= 0:
             return
-        cpus = self.cpus or os.cpu_count() or 1
-        # clock ticks are coarse (10 ms): never report a negative share
-        self.foreign_cpu_s = max(0.0, (busy - self._busy) - (self.own_clock() - self._own))
-        self.foreign_cpu_frac = min(1.0, self.foreign_cpu_s / (wall_s * cpus))
+        self.own_s = self.own_clock() - self._own
+        self._wall_s = wall_s
+        self.discount(busy - self._busy - self.own_s)
         try:
             self.loadavg_1m = os.getloadavg()[0]
         except OSError:
             self.loadavg_1m = None
+
+    def discount(self, foreign_s: float) -> None:
+        """Set the foreign time (less, in a run on several devices, the sibling ranks' own
+        time on this machine: they are the run, not foreign) and its share."""
+        cpus = self.cpus or os.cpu_count() or 1
+        # clock ticks are coarse (10 ms): never report a negative share
+        self.foreign_cpu_s = max(0.0, foreign_s)
+        self.foreign_cpu_frac = min(1.0, self.foreign_cpu_s / (self._wall_s * cpus))
 
     def fields(self) -> dict[str, float | None]:
         """The result's fields (docs/results.md)."""

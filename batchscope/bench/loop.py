@@ -202,6 +202,9 @@ def _batches(loader: DataLoader, stamps: dict) -> Iterator:
     """Batches of ``loader`` epoch after epoch; notes when the first iterator is set up."""
     for epoch in itertools.count():
         started = time.perf_counter()
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):  # a rank's DistributedSampler: reshuffle per epoch
+            sampler.set_epoch(epoch)
         batches = iter(loader)  # starts the worker processes
         if epoch == 0:
             stamps["iter_started"] = started
@@ -438,6 +441,7 @@ def measured_loop(
     should_stop: Callable[[], bool] | None = None,
     utilisation=None,
     energy: energy_meter.EnergyMeter | None = None,
+    agree: Callable[[bool], bool] | None = None,
 ) -> dict:
     """Run ``step_fn`` over ``loader`` and return the timing summary and status.
 
@@ -448,6 +452,8 @@ def measured_loop(
     ``utilisation`` (a ``measure.GpuUtilisation``) samples only during the measured steps.
     ``energy`` (default: the device's ``energy.meter_for``) reads its counter at the measured
     span's ends; its fields join the result.
+    ``agree(done)`` (a data-parallel run's) makes every rank end at the same step: the run
+    ends when any rank's would (its windows full on its clock, its loss non-finite).
     """
     planned = planned_steps(spec, len(loader))
     if planned <= spec.measure.warmup_steps:
@@ -501,6 +507,8 @@ def measured_loop(
             bar.update()
             state.poll()
             done = state.status != "ok" or state.finished()
+            if agree is not None:
+                done = agree(done)
             host_paused = 0.0
             if not done:
                 extra, host_paused = _run_hook(

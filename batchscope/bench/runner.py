@@ -38,11 +38,12 @@ def warmup_updates(spec: RunSpec, updates_per_epoch: int) -> int:
 
 
 def effective_lr(spec: RunSpec) -> float:
-    """The peak learning rate: ``lr`` scaled from ``base_batch_size`` to the effective batch."""
+    """The peak learning rate: ``lr`` scaled from ``base_batch_size`` to the global batch (the
+    effective batch × devices: one update's samples over every device)."""
     train = spec.train
     if train.lr_scaling == "none" or train.base_batch_size is None:
         return train.lr
-    return scaled_lr(train.lr, train.base_batch_size, spec.effective_batch_size, train.lr_scaling)
+    return scaled_lr(train.lr, train.base_batch_size, spec.global_batch_size, train.lr_scaling)
 
 
 def eval_subset(size: int, samples: int) -> list[int]:
@@ -63,13 +64,13 @@ def _meets_target(spec: RunSpec, row: dict) -> bool:
     return False
 
 
-def _convergence_hooks(model, spec: RunSpec, device, val_loader, noise):
+def _convergence_hooks(model, spec: RunSpec, device, val_loader, noise, group=None):
     """Validation every ``eval_every_samples``, after the step that reaches it, and noise-scale
     measurements every ``noise_scale_every_steps``, on that step's batch before its update
     (a batch the model has just been updated on reads |G|² low): both off the clock, recorded
     in the step's row. Returns (before_step, after_step); with ``stop_at_target``,
     ``after_step.reached()`` says whether the last evaluation met the target."""
-    from batchscope.bench.training import gradient_sq_norms
+    from batchscope.bench.training import gradient_sq_norms, rank_gradient_sq_norms
 
     train = spec.train
 
@@ -92,9 +93,14 @@ def _convergence_hooks(model, spec: RunSpec, device, val_loader, noise):
         if noise is None or step % train.noise_scale_every_steps != 0:
             return None
         xd, yd = to_device(x, y, device, spec)
-        small, big = gradient_sq_norms(
-            model, loss_fn, xd, yd, batch_small=noise.batch_small, chunk=spec.batch_size
-        )
+        if group is not None:  # small: this rank's batch; big: every rank's
+            small, big = rank_gradient_sq_norms(
+                model, loss_fn, xd, yd, mean_over_ranks=group.mean_, chunk=spec.batch_size
+            )
+        else:
+            small, big = gradient_sq_norms(
+                model, loss_fn, xd, yd, batch_small=noise.batch_small, chunk=spec.batch_size
+            )
         noise.update(small, big)
         return {"noise_sq_small": small, "noise_sq_big": big}
 
@@ -124,7 +130,7 @@ class _Training:
     """What a training run adds around the loop: optimizer, schedule, validation loaders,
     the noise scale and the convergence hook."""
 
-    def __init__(self, model, runnable, spec: RunSpec, device, loader, val_data):
+    def __init__(self, model, runnable, spec: RunSpec, device, loader, val_data, group=None):
         train = spec.train
         self.val_loader = self.eval_loader = None
         if val_data is not None and train.validate:
@@ -145,15 +151,18 @@ class _Training:
         self.noise = self.before = self.after = None
         self.noise_fields = {}
         big = spec.effective_batch_size
+        # several devices: a rank's batch is the small one, every rank's the big one
+        small = big if group is not None else max(1, big // 4)
+        big = spec.global_batch_size
         if train.noise_scale_every_steps and big < 2:
             self.noise_fields = noise_scale_unmeasurable(big)
         elif train.noise_scale_every_steps:
             from batchscope.core.convergence import GradientNoiseScale
 
-            self.noise = GradientNoiseScale(max(1, big // 4), big)
+            self.noise = GradientNoiseScale(small, big)
         if train.eval_every_samples or self.noise is not None:
             self.before, self.after = _convergence_hooks(
-                model, spec, device, self.eval_loader, self.noise
+                model, spec, device, self.eval_loader, self.noise, group
             )
         self.step_fn = train_step(runnable, self.optimizer, spec, device, scheduler)
 
@@ -203,16 +212,22 @@ class _Training:
             last.update(val_accuracy=sub_accuracy, val_loss=sub_loss)
 
 
-def _prepare_model(model: torch.nn.Module, spec: RunSpec, device: torch.device):
+def _prepare_model(model: torch.nn.Module, spec: RunSpec, device: torch.device, group=None):
     """The model on the device in the mode's train/eval state, and what the loop calls:
-    the compiled module when ``compute.compile`` is on."""
+    the model under DDP when training on several devices, compiled when ``compute.compile``
+    is on."""
     model = model.to(device)
     if spec.compute.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train(spec.mode == "train")
+    runnable = model
+    if group is not None and spec.mode == "train":
+        from batchscope.bench import ddp
+
+        runnable = ddp.wrap(model, device)
     if spec.compute.compile:
-        return model, torch.compile(model, backend=COMPILE_BACKEND)
-    return model, model
+        return model, torch.compile(runnable, backend=COMPILE_BACKEND)
+    return model, runnable
 
 
 def run(
@@ -223,23 +238,30 @@ def run(
     val_data: Dataset | None = None,
     *,
     batches=None,
+    group=None,
 ) -> tuple[dict, list[dict]]:
     """Measure ``spec.mode`` on ``data``; return (result fields, per-step rows).
 
     ``batches``: ready batches to step over instead of a DataLoader over ``data`` (the
-    compute-only ceiling's :class:`batchscope.bench.data.DeviceBatches`)."""
+    compute-only ceiling's :class:`batchscope.bench.data.DeviceBatches`). ``group``: this
+    rank's :class:`batchscope.bench.ddp.Group` in a run on several devices (each rank steps
+    over its share of the data; the ranks agree on when the loop ends)."""
     if spec.compute.precision not in PRECISIONS:
         raise ValueError(f"unknown precision {spec.compute.precision!r}")
-    model, runnable = _prepare_model(model, spec, device)
+    model, runnable = _prepare_model(model, spec, device, group)
     loader = batches
     if loader is None:
+        from batchscope.bench import ddp
+
+        shuffle = spec.mode == "train"
         loader = make_loader(
             data, spec, device, batch_size=spec.effective_batch_size,
-            shuffle=spec.mode == "train", drop_last=True,
+            shuffle=shuffle, drop_last=True,
+            sampler=ddp.sampler(data, group, shuffle=shuffle, seed=spec.seed),
         )  # fmt: skip
     training = None
     if spec.mode == "train":
-        training = _Training(model, runnable, spec, device, loader, val_data)
+        training = _Training(model, runnable, spec, device, loader, val_data, group)
     step_fn = training.step_fn if training else infer_step(runnable, spec, device)
     log = StepLog()
     host = measure.HostMemory().start()  # before the budget, which would count its thread
@@ -260,6 +282,7 @@ def run(
             after_step=after,
             should_stop=stop,
             utilisation=utilisation,
+            agree=group.agree if group is not None else None,
         )
     result["gpu_util_pct_mean"] = utilisation.mean_pct
     result.update(measure.peak_memory(device, host))

@@ -28,13 +28,16 @@ def make_loader(
     batch_size: int,
     shuffle: bool,
     drop_last: bool,
+    sampler=None,
 ) -> DataLoader:
-    """A DataLoader over ``dataset`` with the spec's workers and loader settings."""
+    """A DataLoader over ``dataset`` with the spec's workers and loader settings; with
+    ``sampler`` (a rank's ``DistributedSampler``, which shuffles itself), over its share."""
     workers = spec.num_workers
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=shuffle,
+        shuffle=shuffle and sampler is None,
+        sampler=sampler,
         drop_last=drop_last,
         num_workers=workers,
         pin_memory=spec.loader.pin_memory and device.type == "cuda",
@@ -79,8 +82,10 @@ def to_device(x, y, device: torch.device, spec: RunSpec):
 def train_step(model, optimizer, spec: RunSpec, device: torch.device, scheduler=None):
     """One optimizer update over the loader's batch (``effective_batch_size`` samples), in
     ``accumulation_steps`` micro-batches of ``batch_size`` (each loss weighted by its share, so
-    the gradient is the whole batch's)."""
+    the gradient is the whole batch's). Under DDP the gradients are all-reduced once per
+    update: the micro-batches before the last run under ``no_sync``."""
     precision = spec.compute.precision
+    no_sync = getattr(model, "no_sync", None)  # DDP (a compiled DDP forwards it too)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
     def step(x: torch.Tensor, y: torch.Tensor, clock) -> torch.Tensor:
@@ -90,14 +95,17 @@ def train_step(model, optimizer, spec: RunSpec, device: torch.device, scheduler=
         total = x.new_zeros((), dtype=torch.float32)
         chunks = list(zip(x.split(spec.batch_size), y.split(spec.batch_size), strict=True))
         for i, (xs, ys) in enumerate(chunks):
-            with autocast(device, precision):
-                loss = F.cross_entropy(logits_of(model(xs)), ys) * (ys.shape[0] / y.shape[0])
-            total += loss.detach().float()
-            if i == len(chunks) - 1:
-                # with accumulation, the earlier micro-batches' forward and backward passes
-                # are counted in this "forward" phase
-                clock.mark()
-            scaler.scale(loss).backward()
+            last = i == len(chunks) - 1
+            sync = no_sync() if no_sync is not None and not last else contextlib.nullcontext()
+            with sync:
+                with autocast(device, precision):
+                    loss = F.cross_entropy(logits_of(model(xs)), ys) * (ys.shape[0] / y.shape[0])
+                total += loss.detach().float()
+                if last:
+                    # with accumulation, the earlier micro-batches' forward and backward passes
+                    # are counted in this "forward" phase
+                    clock.mark()
+                scaler.scale(loss).backward()
         clock.mark()
         scaler.step(optimizer)
         scaler.update()

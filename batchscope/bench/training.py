@@ -223,6 +223,41 @@ def _fixed_norm(
     return forward
 
 
+def rank_gradient_sq_norms(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    mean_over_ranks: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+    chunk: int | None = None,
+) -> tuple[float, float]:
+    """(|G_small|², |G_big|²) of a data-parallel step: the small batch is this rank's own
+    (``x``, b samples), the big one every rank's (N·b), its gradient the ranks' mean gradient
+    (``mean_over_ranks``: an all-reduce) — the gradients a DDP step computes anyway.
+
+    ``model`` is the module itself, not its DDP wrapper: the passes here must not all-reduce.
+    BatchNorm, buffers and the RNG are handled as in :func:`gradient_sq_norms` (each rank
+    normalises with its own batch's statistics, as DDP without SyncBatchNorm does).
+    """
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    devices = [] if x.device.type == "cpu" else [x.device]
+    device_type = None if x.device.type == "cpu" else x.device.type
+    try:
+        with (
+            torch.random.fork_rng(devices=devices, device_type=device_type),
+            full_batch_statistics(model, x, chunk),
+        ):
+            g_rank = _mean_grads(model, loss_fn, x, y, chunk)
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+    small = _sq_norm(g_rank)
+    g_all = mean_over_ranks([g.detach().clone() for g in g_rank])
+    return small, _sq_norm(g_all)
+
+
 def gradient_sq_norms(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],

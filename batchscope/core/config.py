@@ -149,6 +149,7 @@ def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
             )
         raise ConfigError(f"config key {key_path(path)}: {_message(error)}")
     _check_semantics(config)
+    _check_devices(with_defaults(config, schema))
     _check_against_data(with_defaults(config, schema))
 
 
@@ -208,6 +209,17 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                 raise ConfigError(
                     f"config key train.validate: false, but train.{key} needs validations"
                 )
+
+
+def _check_devices(config: Mapping[str, Any]) -> None:
+    """A run larger than a node takes whole nodes: its devices a multiple of a node's."""
+    per_node = config["slurm"]["gpus_per_node"]
+    for n in config["devices"]:
+        if n > per_node and n % per_node:
+            raise ConfigError(
+                f"config key devices: {n} is more than slurm.gpus_per_node={per_node} and not"
+                " a multiple of it (a run larger than a node takes whole nodes)"
+            )
 
 
 def _check_against_data(config: Mapping[str, Any]) -> None:

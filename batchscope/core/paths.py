@@ -11,10 +11,14 @@ from pathlib import Path
 from typing import Any
 
 #: One benchmark job's result stem: ``<stem>.json`` and ``<stem>.steps.csv``.
+#: ``{devices_tag}`` is empty for one device (the paths from before the devices axis) and
+#: ``_dev<N>`` for N devices (:func:`devices_tag`).
 RUN = (
     "results/runs/{mode}/{model}/"
-    "bs{batch_size}_acc{accumulation_steps}_nw{num_workers}_seed{seed}_round{round}"
+    "bs{batch_size}_acc{accumulation_steps}_nw{num_workers}{devices_tag}_seed{seed}_round{round}"
 )
+#: What ``{devices_tag}`` matches: nothing, or ``_dev<N>`` for N >= 2.
+DEVICES_TAG = r"(?:_dev(?:[2-9]|[1-9]\d+))?"
 #: The decision taken after a round: which points go on (``measure.rounds``, ``sweep``).
 ROUND = "results/rounds/round{round}.json"
 #: One compute-only ceiling run per mode × model × batch size.
@@ -31,8 +35,25 @@ SPEC_DIR = "specs"
 #: The file name of a run's result (its mode and model are the two parent folders).
 RESULT_NAME = re.compile(
     r"bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)"
-    r"_nw(?P<num_workers>\d+)_seed(?P<seed>\d+)(?:_round(?P<round>\d+))?\.json"
+    r"_nw(?P<num_workers>\d+)(?:_dev(?P<devices>\d+))?_seed(?P<seed>\d+)(?:_round(?P<round>\d+))?\.json"
 )
+
+
+def devices_tag(devices: int | str) -> str:
+    """The ``{devices_tag}`` of a run on ``devices`` devices: empty for one."""
+    return "" if int(devices) == 1 else f"_dev{int(devices)}"
+
+
+def devices_of(tag: str) -> int:
+    """The devices a ``{devices_tag}`` names (the inverse of :func:`devices_tag`)."""
+    return int(tag.removeprefix("_dev")) if tag else 1
+
+
+def run_stem(grid: dict[str, Any]) -> str:
+    """The :data:`RUN` stem of a run's grid keys (mode, model, batch_size, accumulation_steps,
+    num_workers, devices (1 when absent), seed, round; others are ignored)."""
+    named = {key: value for key, value in grid.items() if key != "devices"}
+    return RUN.format(**named, devices_tag=devices_tag(grid.get("devices", 1)))
 
 
 def spec_of(stem_pattern: str) -> str:
@@ -54,9 +75,10 @@ def log_of(stem_pattern: str, folder: str = "logs") -> str:
 
 
 def grid_of_path(result_path: str | Path) -> dict[str, Any]:
-    """Mode, model, batch size, accumulation, workers, seed and round of a result path the
-    workflow named (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>_seed<S>_round<R>.json``; without
-    ``_round<R>``, from before rounds, round 1); ``ValueError`` otherwise."""
+    """Mode, model, batch size, accumulation, workers, devices, seed and round of a result path
+    the workflow named (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>[_dev<N>]_seed<S>_round<R>.json``;
+    without ``_dev<N>``, one device; without ``_round<R>``, from before rounds, round 1);
+    ``ValueError`` otherwise."""
     path = Path(result_path)
     match = RESULT_NAME.fullmatch(path.name)
     if match is None or not path.parent.name or not path.parent.parent.name:
@@ -66,4 +88,5 @@ def grid_of_path(result_path: str | Path) -> dict[str, Any]:
         )
     grid = {"mode": path.parent.parent.name, "model": path.parent.name}
     numbers = {key: int(value) for key, value in match.groupdict().items() if value is not None}
-    return grid | {"round": 1} | numbers  # results from before rounds existed are round 1
+    # results from before rounds existed are round 1; without a devices tag, one device
+    return grid | {"round": 1, "devices": 1} | numbers

@@ -43,6 +43,7 @@ GRID_KEYS = (
     "batch_size",
     "accumulation_steps",
     "num_workers",
+    "devices",
     "seed",
     "round",
 )
@@ -91,6 +92,7 @@ SUMMARY_DTYPES = MappingProxyType(
         "frac_of_ceiling": "float64",
         "foreign_load": "boolean",
         "above_ceiling": "boolean",
+        "scaling_efficiency": "float64",
     }
 )
 

@@ -1,9 +1,10 @@
 """Rounds: every grid point measured again, each time in a fresh process, in a shuffled order.
 
 A *point* is what the recommendation compares: mode × model × batch size × accumulation ×
-workers. Its measurements are its runs over rounds (and seeds, which are learning variance but
-also independent processes). A *group* is what one answer is given for: mode × model ×
-accumulation. The race (``sweep.strategy: race``) decides after each round which points stay.
+workers × devices. Its measurements are its runs over rounds (and seeds, which are learning
+variance but also independent processes). A *group* is what one answer is given for: mode ×
+model × accumulation × devices. The race (``sweep.strategy: race``) decides after each round
+which points stay.
 """
 
 from __future__ import annotations
@@ -14,20 +15,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 #: The keys of a point, and of the group it is compared within.
-POINT_KEYS = ("mode", "model", "batch_size", "accumulation_steps", "num_workers")
-GROUP_KEYS = ("mode", "model", "accumulation_steps")
+POINT_KEYS = ("mode", "model", "batch_size", "accumulation_steps", "num_workers", "devices")
+GROUP_KEYS = ("mode", "model", "accumulation_steps", "devices")
+#: Point keys added after results were written: a result without one has this value.
+LATER_POINT_KEYS = {"devices": 1}
+_INT_KEYS = ("batch_size", "accumulation_steps", "num_workers", "devices")
 
 
 def point_of(row: Mapping[str, Any]) -> tuple:
     """The point a result (or any mapping with the point keys) belongs to."""
-    return tuple(
-        int(row[k]) if k in ("batch_size", "accumulation_steps", "num_workers") else str(row[k])
-        for k in POINT_KEYS
-    )
+    values = {**LATER_POINT_KEYS, **row}
+    return tuple(int(values[k]) if k in _INT_KEYS else str(values[k]) for k in POINT_KEYS)
 
 
 def group_of(point: Sequence) -> tuple:
-    """The group of a point: mode, model, accumulation."""
+    """The group of a point: mode, model, accumulation, devices."""
     named = dict(zip(POINT_KEYS, point, strict=True))
     return tuple(named[k] for k in GROUP_KEYS)
 

@@ -119,6 +119,8 @@ class RunSpec:
     batch_size: int
     accumulation_steps: int
     num_workers: int
+    #: data-parallel processes (one device each); batch_size and num_workers are per device
+    devices: int
     seed: int
     #: which independent measurement of this grid point (1-based): rounds differ in nothing else
     round: int
@@ -146,6 +148,8 @@ class RunSpec:
             raise SpecError("spec accumulation_steps: a training setting, inference runs use 1")
         if min(self.batch_size, self.accumulation_steps, self.round) < 1 or self.num_workers < 0:
             raise SpecError("spec batch_size, accumulation_steps, round must be >= 1, workers >= 0")
+        if self.devices < 1 or (self.devices > 1 and self.kind != "bench"):
+            raise SpecError("spec devices: >= 1, and more than 1 only for a bench run")
 
     @property
     def throughput_run(self) -> bool:
@@ -164,6 +168,11 @@ class RunSpec:
     def effective_batch_size(self) -> int:
         """Samples per optimizer update (and per loader batch): micro-batch × accumulation."""
         return self.batch_size * self.accumulation_steps
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer update over all devices: the effective batch × devices."""
+        return self.effective_batch_size * self.devices
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -286,6 +295,7 @@ def build(
     seed: int,
     round: int = 1,
     short: bool = False,
+    devices: int = 1,
 ) -> RunSpec:
     """The spec of one job, from the validated config (defaults filled) and its grid point.
 
@@ -314,6 +324,7 @@ def build(
         batch_size=int(batch_size),
         accumulation_steps=int(accumulation_steps),
         num_workers=int(num_workers),
+        devices=int(devices),
         seed=int(seed),
         round=int(round),
         device=config["device"],

@@ -532,6 +532,7 @@ def to_answer(
     mode: str,
     model: str,
     accumulation_steps: int,
+    devices: int = 1,
     rule: Sequence[str] = DEFAULT_RULE,
     dataset: str | None = None,
     left_out: Sequence[Mapping[str, Any]] = (),
@@ -578,6 +579,7 @@ def to_answer(
         answer["dataset"] = dataset
     answer.update(
         accumulation_steps=int(accumulation_steps),
+        devices=int(devices),
         pick=None if choice is None else _grid(merged[choice]),
         tie_set=members,
         verdict=verdict.verdict,

@@ -40,7 +40,7 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import results, verdict
+from batchscope.core import results, rounds, verdict
 from batchscope.core.paths import grid_of_path
 from batchscope.core.stats import mean_ci
 
@@ -115,13 +115,14 @@ MEAN_METRICS = (
 ENERGY_METRICS = ("energy_j_per_sample", "mean_power_w")
 
 #: Grid keys added after the first results were written, and what an older result meant by
-#: leaving them out: one micro-batch per update, one round.
-LATER_GRID_KEYS = {"accumulation_steps": 1, "round": 1}
+#: leaving them out: one micro-batch per update, one round, one device.
+LATER_GRID_KEYS = {"accumulation_steps": 1, "round": 1, "devices": 1}
 
 
 def with_grid_defaults(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with integer ``accumulation_steps`` and ``round`` columns. Tables from before
-    either was an axis (and rows that lack them) ran one micro-batch per update, in one round."""
+    """``frame`` with integer ``accumulation_steps``, ``round`` and ``devices`` columns. Tables
+    from before each was an axis (and rows that lack them) ran one micro-batch per update, in
+    one round, on one device."""
     filled = {}
     for key, value in LATER_GRID_KEYS.items():
         column = frame.get(key, pd.Series(value, index=frame.index))
@@ -171,7 +172,8 @@ def read_results(result_paths: Iterable[str | Path]) -> list[tuple[Path, dict[st
     for raw_path in result_paths:
         path = Path(raw_path)
         result = results.read_json(path)
-        result.setdefault("round", LATER_GRID_KEYS["round"])
+        for key in ("round", "devices"):  # results from before these axes
+            result.setdefault(key, LATER_GRID_KEYS[key])
         _check_result(path, result)
         pairs.append((path, result))
     _check_unique(pairs)
@@ -364,6 +366,7 @@ def summarize_points(
         "above_ceiling",
         *(f"{m}_{part}" for m in CI_METRICS for part in ("mean", "ci95_low", "ci95_high")),
         *ROUND_COLUMNS,
+        "scaling_efficiency",
         *(_mean_name(m) for m in means),
         "energy_source",
         *(f"{m}_median" for m in ENERGY_METRICS),
@@ -408,8 +411,8 @@ def _point_row(key: tuple, group: pd.DataFrame, means: list[str], eliminated: Ma
         row.update({f"{metric}_mean": mean, f"{metric}_ci95_low": low})
         row[f"{metric}_ci95_high"] = high
     row.update(_round_spread(ok, rounds_of[ok.index] if len(ok) else rounds_of.iloc[:0]))
-    point = tuple(row[k] for k in ("mode", "model", "batch_size", "accumulation_steps"))
-    row["eliminated_at_round"] = eliminated.get((*point, row["num_workers"]))
+    row["eliminated_at_round"] = eliminated.get(rounds.point_of({"devices": 1, **row}))
+    row["scaling_efficiency"] = _first(group.get("scaling_efficiency", pd.Series(dtype=float)))
     for metric in means:
         row[_mean_name(metric)] = pd.to_numeric(ok[metric]).mean() if len(ok) else math.nan
     row.update(_energy(ok))
@@ -433,6 +436,34 @@ def _energy(ok: pd.DataFrame) -> dict[str, Any]:
     return row
 
 
+def _first(values: pd.Series) -> float:
+    """The first known value (the point's rows share it), else NaN."""
+    known = pd.to_numeric(values).dropna()
+    return float(known.iloc[0]) if len(known) else math.nan
+
+
+def add_scaling_efficiency(summary: pd.DataFrame) -> pd.DataFrame:
+    """``scaling_efficiency`` on every row: the median throughput over the ok runs of the row's
+    point divided by its devices × that of the same point on one device (the other point keys
+    equal); 1 on one device; empty when either point has no ok run."""
+    summary = with_grid_defaults(summary)
+    ok = summary[(summary["status"] == "ok") & pd.to_numeric(summary["samples_per_s"]).notna()]
+    keys = [k for k in POINT_KEYS if k != "devices"]
+    medians = ok.groupby([*keys, "devices"], dropna=False)["samples_per_s"].median()
+    one = medians.xs(1, level="devices") if 1 in medians.index.get_level_values("devices") else {}
+
+    def efficiency(row: pd.Series) -> float:
+        point = tuple(row[k] for k in keys)
+        own = medians.get((*point, row["devices"]))
+        base = one.get(point) if len(one) else None
+        if own is None or base is None or pd.isna(base) or not base:
+            return math.nan
+        return float(own) / (int(row["devices"]) * float(base))
+
+    values = summary.apply(efficiency, axis=1) if len(summary) else pd.Series(dtype=float)
+    return summary.assign(scaling_efficiency=pd.to_numeric(values, errors="coerce"))
+
+
 def _round_spread(ok: pd.DataFrame, rounds_of: pd.Series) -> dict[str, Any]:
     """Median, its interval and the run-to-run CV of the ok runs' throughputs."""
     values = [float(v) for v in pd.to_numeric(ok.get("samples_per_s", [])) if v == v and v > 0]
@@ -450,19 +481,12 @@ def _round_spread(ok: pd.DataFrame, rounds_of: pd.Series) -> dict[str, Any]:
 
 
 def read_eliminated(round_files: Iterable[str | Path]) -> dict[tuple, int]:
-    """(mode, model, batch_size, accumulation_steps, num_workers) -> the round after which the
-    race dropped that point, from the decisions in ``results/rounds/``."""
+    """(mode, model, batch_size, accumulation_steps, num_workers, devices) -> the round after
+    which the race dropped that point, from the decisions in ``results/rounds/``."""
     out: dict[tuple, int] = {}
     for path in round_files:
         for entry in results.read_json(path)["eliminated"]:
-            point = (
-                entry["mode"],
-                entry["model"],
-                int(entry["batch_size"]),
-                int(entry["accumulation_steps"]),
-                int(entry["num_workers"]),
-            )
-            out[point] = int(entry["eliminated_at_round"])
+            out[rounds.point_of(entry)] = int(entry["eliminated_at_round"])
     return out
 
 
@@ -635,6 +659,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _summary_frame([*(result for _, result in pairs), *absent]), results.read_json(args.env)
     )
     summary = flag_disturbed(add_ceiling(summary, args.ceilings), args.foreign_cpu_limit)
+    summary = add_scaling_efficiency(summary)
     curves = collect_curves((steps_path(path), result) for path, result in pairs)
     results.write_text(args.summary, _frame_csv(summary))
     results.write_text(args.curves, _frame_csv(curves))

@@ -33,7 +33,7 @@ from batchscope.report import objectives
 from batchscope.report.aggregate import with_grid_defaults
 
 #: One answer per distinct value of these.
-GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps"]
+GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps", "devices"]
 
 
 def _point_rows(by_point: pd.DataFrame) -> dict[tuple, dict[str, Any]]:
@@ -57,7 +57,7 @@ def _left_out(run: Any) -> dict[str, Any]:
     return {
         **{k: grid[k] for k in ("batch_size", "num_workers", "seed", "round")},
         "foreign_cpu_frac": float(run["foreign_cpu_frac"]),
-        "result": f"{paths.RUN.format(**grid)}.json",
+        "result": f"{paths.run_stem(grid)}.json",
     }
 
 
@@ -109,6 +109,7 @@ def answers(
                 mode=named["mode"],
                 model=named["model"],
                 accumulation_steps=int(named["accumulation_steps"]),
+                devices=int(named["devices"]),
                 dataset=named["dataset"],
                 left_out=left_out,
                 foreign_cpu_limit=foreign_cpu_limit,

@@ -86,6 +86,9 @@ def prepare(summary: pd.DataFrame) -> pd.DataFrame:
     # the effective batch of every row, those without a result too (their grid keys come from
     # their path)
     frame = with_grid_defaults(frame)
+    # the convergence report compares batch sizes on one device; runs on several are the
+    # devices axis's (summary, scaling plot), kept out of its tables
+    frame = frame[frame["devices"] == 1].copy()
     frame["batch"] = (frame["batch_size"] * frame["accumulation_steps"]).astype(int)
     reached = frame.get("target_reached", pd.Series(False, index=frame.index))
     frame["reached"] = [_truthy(v) for v in reached]
@@ -306,7 +309,8 @@ def run_curves(curves: pd.DataFrame, summary: pd.DataFrame, report: ModelReport)
         & (frame["accumulation_steps"] == report.accumulation)
         & (frame["status"] == "ok")
     ]
-    keys = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers", "seed"]
+    keys = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers"]
+    keys += ["devices", "seed"]
     curves = with_grid_defaults(curves)
     columns = [*keys, "batch", "noise_scale_batch_small", "noise_scale_batch_big"]
     runs = runs.reindex(columns=columns)

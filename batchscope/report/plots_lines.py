@@ -68,15 +68,15 @@ def throughput_figure(
 def _verdict_marks(answer: Mapping[str, Any], eliminated: Mapping[tuple, int]):
     """A function that draws, on one panel, the pick, its tie set and the eliminated points."""
     answers = {
-        (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"]): a
+        (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"], a.get("devices", 1)): a
         for a in answer["answers"]
     }
 
     def draw(ax, key: tuple, points: pd.DataFrame, y: str) -> list[Line2D]:
-        mode, model, dataset, accumulation = key
+        mode, model, dataset, accumulation, devices = key
         at = {(int(r.batch_size), int(r.num_workers)): getattr(r, y) for r in points.itertuples()}
         handles = []
-        found = answers.get((mode, model, dataset, int(accumulation)))
+        found = answers.get((mode, model, dataset, int(accumulation), int(devices)))
         if found is not None:
             chosen = found["pick"]  # None: disturbed, no point is named
             pick = None if chosen is None else (chosen["batch_size"], chosen["num_workers"])

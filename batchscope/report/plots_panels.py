@@ -20,7 +20,7 @@ from batchscope.report.figures import batch_axis
 #: A panel shows one mode x model (x dataset, which is a single one per model in a usual sweep).
 #: One panel per distinct value of these; a sweep with several ``accumulation_steps`` (a
 #: training axis) gets a panel per value, so micro-batch sizes stay on one x axis.
-PANEL_KEYS = ["mode", "model", "dataset", "accumulation_steps"]
+PANEL_KEYS = ["mode", "model", "dataset", "accumulation_steps", "devices"]
 
 #: How a failed grid point is drawn; ``label`` is the text shown on the axis and in the legend.
 FAILED_STYLE = {
@@ -36,8 +36,10 @@ NO_TRAIN_RUNS = "no training runs in this sweep"
 
 def panel_title(key: Sequence) -> str:
     """The title of the panel of one PANEL_KEYS value."""
-    mode, model, dataset, accumulation = key
+    mode, model, dataset, accumulation, devices = key
     title = f"{mode} / {model} ({dataset})"
+    if devices != 1:
+        title += f" on {int(devices)} devices (batch size per device)"
     if accumulation != 1:
         steps = int(accumulation)
         title += f"\n{steps} accumulation steps (effective batch = batch size x {steps})"

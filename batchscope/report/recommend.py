@@ -71,7 +71,7 @@ from batchscope.report.recommend_text import notes, sentence
 #: One recommendation per distinct value of these (dataset is one per model in a usual sweep):
 #: with several ``accumulation_steps`` (a training axis) each value gets its own, as a plot gets
 #: its own panel.
-GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps"]
+GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps", "devices"]
 
 
 def recommend(
@@ -118,11 +118,11 @@ def recommend(
             config.default("sweep.foreign_cpu_limit"),
         )
     answers = {
-        (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"]): a
+        (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"], a.get("devices", 1)): a
         for a in answer["answers"]
     }
     recs = [
-        _recommend_group(key, rows, answers.get((key[0], key[1], key[2], int(key[3]))))
+        _recommend_group(key, rows, answers.get((*key[:3], int(key[3]), int(key[4]))))
         for key, rows in frame.groupby(GROUP_KEYS, sort=True, dropna=False)
     ]
     groups = {
@@ -131,14 +131,15 @@ def recommend(
     }
     for rec in recs:
         group = groups.get((rec["mode"], rec["model"], rec["dataset"], rec["accumulation_steps"]))
-        use = rec["mode"] == "train" and group is not None
+        # the convergence report knows no devices: its findings are the one-device runs'
+        use = rec["mode"] == "train" and group is not None and rec["n_devices"] == 1
         rec["time_to_target"] = time_to_target(rec, group, document) if use else None
     return recs
 
 
 def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> dict[str, Any]:
     """The recommendation of one GROUP_KEYS value (see ``recommend`` for its keys)."""
-    mode, model, dataset, accumulation = key
+    mode, model, dataset, accumulation, n_devices = key
     points = pooled_points(rows)
     best = runner_up = None
     if len(points) and answer is not None and answer["pick"] is not None:
@@ -154,6 +155,7 @@ def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> 
         "model": model,
         "dataset": dataset,
         "accumulation_steps": int(accumulation),
+        "n_devices": int(n_devices),
         "devices": sorted({str(d) for d in rows.get("device", pd.Series()).dropna()}),
         "n_runs": len(rows),
         "n_ok": int((rows["status"] == "ok").sum()),
@@ -189,8 +191,8 @@ def _versus_runner_up(best, runner_up) -> dict[str, Any]:
 
 def _best_accuracy(points: pd.DataFrame, best) -> dict[str, Any] | None:
     """The configuration with the best validation accuracy, when it is not the best's."""
-    if not len(points) or not points["val_accuracy"].notna().any():
-        return None
+    if best is None or not len(points) or not points["val_accuracy"].notna().any():
+        return None  # no best (a disturbed verdict names none): nothing to set beside it
     top = point_dict(points.loc[points["val_accuracy"].idxmax()])
     if (top["batch_size"], top["num_workers"]) != (best["batch_size"], best["num_workers"]):
         return top

@@ -102,6 +102,7 @@ def pooled_points(rows: pd.DataFrame) -> pd.DataFrame:
             "noisy",
             "bound",
             "stall_removed_by_workers",
+            "scaling_efficiency",
         ]
     ]
     points = points.merge(pooled, how="left", on=["batch_size", "num_workers"])

@@ -124,6 +124,11 @@ def sentence(rec: Mapping[str, Any]) -> str:
             f"failed, {statuses.count('missing')} missing), so there is no recommendation."
         )
     text = f"Use {config_text(best)}: {_throughput(best):.1f} samples/s ({_runs_text(best)})."
+    devices = rec.get("n_devices", 1)
+    if devices != 1:
+        text = f"On {devices} devices (data-parallel; batch size and workers per device): {text}"
+        if best.get("scaling_efficiency") is not None:
+            text += f" Scaling efficiency against one device: {best['scaling_efficiency']:.2f}."
     if runner is None:
         return text + " It is the only configuration that ran ok, so nothing was compared."
     return text + _verdict_text(rec)

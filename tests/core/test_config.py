@@ -312,3 +312,12 @@ def test_train_validate_reaches_the_runs_spec_and_ceilings_never_validate():
     assert make_spec("train", train={"validate": False}).train.validate is False
     fashion = {"name": "fashion_mnist"}  # a ceiling is the twin of real data
     assert make_spec("train", kind="ceiling", dataset=fashion).train.validate is False
+
+
+def test_a_run_larger_than_a_node_must_take_whole_nodes():
+    config = {**copy.deepcopy(DEFAULT), "devices": [1, 12], "slurm": {"gpus_per_node": 8}}
+    assert _one_line_error(config) == (
+        "config key devices: 12 is more than slurm.gpus_per_node=8 and not a multiple of it"
+        " (a run larger than a node takes whole nodes)"
+    )
+    check({**config, "devices": [1, 8, 16]}, SCHEMA)  # one node, two whole nodes

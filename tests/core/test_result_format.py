@@ -179,7 +179,7 @@ def test_summary_rows_are_results_or_absent_points(summary_row):
 
 def _write(folder: Path, result: dict) -> Path:
     """A result and a two-step steps CSV where the workflow puts them."""
-    stem = paths.RUN.format(**result).removeprefix("results/")
+    stem = paths.run_stem(result).removeprefix("results/")
     path = folder / f"{stem}.json"
     results.write_json(path, result)
     rows = [{"step": i, "phase": "measured", "samples_seen": 64 * i, "elapsed_s": 0.1 * i,
@@ -241,3 +241,17 @@ def test_the_documentation_describes_the_other_forms_and_tables():
     steps = _table_rows(_section(text, "The steps CSV"))
     assert list(steps) == list(results.STEP_COLUMNS)
     assert set(_table_rows(_section(text, "summary.csv"))) == set(results.SUMMARY_DTYPES)
+
+
+@pytest.mark.parametrize("devices", [1, 2, 16])
+def test_a_run_path_names_its_devices_and_one_device_keeps_the_old_path(devices):
+    grid = {"mode": "train", "model": "m", "batch_size": 8, "accumulation_steps": 1,
+            "num_workers": 2, "devices": devices, "seed": 0, "round": 3}  # fmt: skip
+    stem = paths.run_stem(grid)
+    old = "results/runs/train/m/bs8_acc1_nw2_seed0_round3"
+    assert (stem == old) == (devices == 1)
+    assert "_dev1_" not in stem
+    assert paths.grid_of_path(f"{stem}.json") == {k: v for k, v in grid.items()}
+    assert re.fullmatch(paths.DEVICES_TAG, paths.devices_tag(devices))
+    assert paths.devices_of(paths.devices_tag(devices)) == devices
+    assert re.fullmatch(paths.DEVICES_TAG, "_dev1") is None  # never a second path for one device

@@ -377,6 +377,7 @@ def test_missing_result_is_an_error_unless_allowed(tmp_path):
             "batch_size": 64,
             "accumulation_steps": 1,
             "num_workers": 0,
+            "devices": 1,
             "seed": 0,
             "round": 1,
             "status": "missing",
@@ -403,12 +404,16 @@ def test_grid_point_of_a_path_follows_the_workflow_naming():
         "batch_size": 512,
         "accumulation_steps": 1,
         "num_workers": 4,
+        "devices": 1,
         "seed": 3,
         "round": 2,
     }
     # a result from before rounds existed was the only round
     old = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3.json")
     assert old == {**grid, "round": 1}
+    # several devices: the tag one-device paths lack
+    two = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_dev2_seed3.json")
+    assert two == {**grid, "devices": 2, "round": 1}
     with pytest.raises(ValueError, match="cannot tell its grid point"):
         aggregate.grid_of_path("results/runs/infer/resnet18/result.json")
 
@@ -487,3 +492,31 @@ def test_rows_are_held_against_the_compute_only_ceiling(tmp_path):
     assert out.loc[0, "frac_of_ceiling"] == 0.25
     assert pd.isna(out.loc[1, "frac_of_ceiling"])  # no ceiling run for batch 16
     assert add_ceiling(summary, []).equals(summary)
+
+
+def test_scaling_efficiency_compares_per_point_medians_over_rounds_with_one_device():
+    from tests.factories import summary_row
+
+    rows = [
+        # one device: rounds at 100, 110 and 400 (an outlier the median ignores): 110
+        *(
+            summary_row(devices=1, round=r, samples_per_s=v)
+            for r, v in [(1, 100), (2, 110), (3, 400)]
+        ),
+        # two devices: 170 and 180 and 190: 180 = 2 x 110 x 0.818...
+        *(
+            summary_row(devices=2, round=r, samples_per_s=v)
+            for r, v in [(1, 170), (2, 180), (3, 190)]
+        ),
+        # four devices at another batch size, whose one-device point was never measured
+        summary_row(devices=4, batch_size=128, samples_per_s=900.0),
+        # a failed run of the two-device point counts for nothing
+        summary_row(devices=2, round=4, status="oom", samples_per_s=None),
+    ]
+    summary = aggregate.add_scaling_efficiency(pd.DataFrame(rows))
+    by_devices = summary.groupby(["batch_size", "devices"])["scaling_efficiency"]
+    assert set(by_devices.get_group((64, 1))) == {1.0}
+    assert list(by_devices.get_group((64, 2))) == pytest.approx([180 / (2 * 110)] * 4)
+    assert by_devices.get_group((128, 4)).isna().all()
+    points = aggregate.summarize_points(summary).set_index(["batch_size", "devices"])
+    assert points.loc[(64, 2), "scaling_efficiency"] == pytest.approx(180 / 220)

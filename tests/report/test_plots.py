@@ -505,3 +505,21 @@ def test_equal_validation_accuracies_of_two_worker_counts_stay_visible_side_by_s
     # the throughput figure is not shifted
     throughput = plots_lines.throughput_figure(summary).axes[0]
     assert list(_line(throughput, 0).get_xdata()) == list(_line(throughput, 2).get_xdata())
+
+
+def test_the_scaling_figure_draws_throughput_and_efficiency_against_devices():
+    from batchscope.report import aggregate, plots_scaling
+    from tests.factories import summary_row
+
+    rows = [summary_row(devices=d, samples_per_s=r) for d, r in [(1, 100.0), (2, 150.0)]]
+    summary = aggregate.add_scaling_efficiency(pd.DataFrame(rows))
+    points = aggregate.summarize_points(summary)
+    fig = plots_scaling.scaling_figure(points)
+    speed, efficiency = [ax for ax in fig.axes if ax.get_visible()]
+    throughput = speed.lines[0]
+    assert list(throughput.get_xdata()) == [1, 2]
+    assert list(throughput.get_ydata()) == pytest.approx([100.0, 150.0])
+    assert list(efficiency.lines[0].get_ydata()) == pytest.approx([1.0, 0.75])
+    # one devices value: nothing to scale, and the figure says so
+    alone = plots_scaling.scaling_figure(points[points["devices"] == 1])
+    assert plots_scaling.NO_SCALING in [t.get_text() for ax in alone.axes for t in ax.texts]

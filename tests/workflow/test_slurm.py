@@ -198,3 +198,29 @@ def test_a_retry_asks_for_twice_the_memory_and_time(cluster, tmp_path):
     # two DataLoader workers: two more CPUs than the benchmark's threads
     threads = profile()["set-threads"]["bench"]
     assert int(first["NumCPUs"]) == int(retry["NumCPUs"]) == threads + 2
+
+
+def test_a_two_device_point_is_one_slurm_job_of_two_tasks_running_torchrun(cluster, tmp_path):
+    """A devices=2 point through the profile: one job of two tasks (one per rank, a CPU each
+    here: the device is the CPU, so no GPU), whose command starts torchrun itself."""
+    config = tmp_path / "ddp.yaml"
+    ddp = {**TINY, "modes": ["train"], "batch_sizes": [8], "devices": [2]}
+    config.write_text(yaml.safe_dump(ddp))
+    target = "results/runs/train/small_cnn/bs8_acc1_nw0_dev2_seed0_round1.json"
+    snakemake_on(
+        cluster, tmp_path, target,
+        "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(config),
+        "--default-resources", f"slurm_partition={cluster.partition}", f"slurm_account={ACCOUNT}",
+    )  # fmt: skip
+    (job,) = [job for job in jobs_of(cluster, tmp_path) if rule_of(job) == "bench_ddp"]
+    assert (job["JobState"], job["ExitCode"]) == ("COMPLETED", "0:0")
+    assert (int(job["NumTasks"]), int(job["NumNodes"])) == (2, 1)
+    threads = profile()["set-threads"]["bench_ddp"]
+    assert int(job["NumCPUs"]) == 2 * max(1, threads // 2)  # a rank's threads, no workers
+    assert job.get("JOB_GRES") in (None, "(null)")
+    launcher = "torch.distributed.run --standalone --nproc-per-node 2"
+    assert launcher in Path(job["StdOut"]).read_text()
+    result = json.loads((tmp_path / target).read_text())
+    assert (result["status"], result["world_size"]) == ("ok", 2)
+    assert len(result["samples_per_s_per_rank"]) == 2
+    assert result["slurm_job_id"] == job["JobId"]

@@ -20,6 +20,8 @@ rule bench:
         paths.log_of(RUN),
     benchmark:
         paths.log_of(RUN, "benchmarks")
+    wildcard_constraints:
+        devices_tag="(?:)",  # nothing: one device
     priority: bench_priority
     conda:
         "../envs/torch.yaml"
@@ -29,6 +31,49 @@ rule bench:
     shell:
         "PYTHONHASHSEED={wildcards.seed} python -m batchscope.bench {input.spec:q}"
         " --threads {threads} --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
+
+
+# A grid point on N > 1 devices (`devices`): N processes started by torchrun, one per device
+# (DDP), rank 0 writing the result. On SLURM the rule's resources ask for the N devices on one
+# node, or whole nodes for a run larger than one (`slurm.gpus_per_node`), and the job runs the
+# command itself (`mpi`), so that it starts torchrun once per node (srun) rather than once per
+# task. A rank that fails ends the job with a line naming it (batchscope.bench.torchrun_failure).
+rule bench_ddp:
+    input:
+        spec=paths.spec_of(RUN),
+        data=ancient(dataset_dir()),
+        models=MODEL_CHECKS,
+        barrier=round_barrier,
+    output:
+        result=f"{RUN}.json",
+        steps=f"{RUN}.steps.csv",
+    log:
+        paths.log_of(RUN),
+    benchmark:
+        paths.log_of(RUN, "benchmarks")
+    wildcard_constraints:
+        devices_tag=r"_dev\d+",
+    priority: bench_priority
+    conda:
+        "../envs/torch.yaml"
+    threads: all_cores
+    resources:
+        bench_slot=1,
+        mpi="torchrun",
+        nodes=ddp_nodes,
+        tasks=ddp_tasks,
+        tasks_per_gpu=ddp_tasks_per_gpu,
+        gpu=ddp_gpus,
+        gres=ddp_gres,
+        cpus_per_task=ddp_cpus_per_task,
+    params:
+        launcher=ddp_launcher,
+        devices=ddp_devices,
+    shell:
+        "PYTHONHASHSEED={wildcards.seed} {params.launcher} -m batchscope.bench {input.spec:q}"
+        " --threads {threads} --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
+        " || {{ python -m batchscope.bench.torchrun_failure {log:q} --devices {params.devices}"
+        " | tee -a {log:q} >&2; exit 1; }}"
 
 
 # The compute-only ceiling of each mode x model x batch size: synthetic tensors, no workers.

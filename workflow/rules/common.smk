@@ -80,6 +80,7 @@ wildcard_constraints:
     batch_size=r"[1-9]\d*",
     accumulation_steps=r"[1-9]\d*",
     num_workers=r"\d+",
+    devices_tag=paths.DEVICES_TAG,
     seed=r"\d+",
     round=r"[1-9]\d*",
     dataset="fashion_mnist|cifar10|imagefolder",
@@ -125,14 +126,15 @@ def accumulation_steps(mode):
 
 
 def grid_points():
-    """Every point of the grid: mode x model x batch size x accumulation x workers."""
+    """Every point of the grid: mode x model x batch size x accumulation x workers x devices."""
     return [
-        (mode, model, int(b), int(a), int(w))
+        (mode, model, int(b), int(a), int(w), int(d))
         for mode in config["modes"]
         for model in MODEL_NAMES
         for b in batch_sizes(mode, model)
         for a in accumulation_steps(mode)
         for w in config["num_workers"]
+        for d in config["devices"]
     ]
 
 
@@ -152,7 +154,7 @@ def points_in_round(round_):
 
 
 def run_stem(point, seed, round_):
-    return RUN.format(**rounds.as_dict(point), seed=seed, round=round_)
+    return paths.run_stem({**rounds.as_dict(point), "seed": seed, "round": round_})
 
 
 def grid_stems():
@@ -172,6 +174,7 @@ def wildcard_point(wildcards):
         int(wildcards.batch_size),
         int(wildcards.accumulation_steps),
         int(wildcards.num_workers),
+        paths.devices_of(wildcards.devices_tag),
     )
 
 
@@ -265,7 +268,9 @@ def maxbatch_results(wildcards=None):
 
 
 def plot_files():
-    return [f"results/plots/{name}.png" for name in PLOTS]
+    """The figures; with more than one `devices` value, the scaling with devices too."""
+    scaling = ["scaling"] if len(config["devices"]) > 1 else []
+    return [f"results/plots/{name}.png" for name in [*PLOTS, *scaling]]
 
 
 CONVERGENCE = [
@@ -323,6 +328,74 @@ def all_cores(wildcards):
     return workflow.cores
 
 
+# --- runs on several devices (`devices`; rule bench_ddp) ---
+# One node holds `slurm.gpus_per_node` devices: a run of N <= that is one torchrun on one node
+# (one SLURM task per device, N GPUs unless the device is the CPU); a larger run takes
+# N / gpus_per_node whole nodes, one torchrun (one task) per node, joined by a c10d rendezvous
+# on the first node. The rule's `mpi` resource makes the SLURM executor run the job's command
+# as it is, without wrapping it in `srun -n1`.
+GPUS_PER_NODE = config["slurm"]["gpus_per_node"]
+DDP_PORT = 29500  # the c10d rendezvous port on a multi-node run's first node
+
+
+def ddp_devices(wildcards):
+    return paths.devices_of(wildcards.devices_tag)
+
+
+def ddp_nodes(wildcards):
+    return max(1, -(-ddp_devices(wildcards) // GPUS_PER_NODE))
+
+
+def ddp_tasks(wildcards):
+    """One task per device on one node; one per node (its torchrun) across nodes."""
+    nodes = ddp_nodes(wildcards)
+    return ddp_devices(wildcards) if nodes == 1 else nodes
+
+
+def ddp_gpus(wildcards):
+    """The GPUs of a one-node job (none for CPU runs); across nodes see ddp_gres."""
+    cpu = config["device"] == "cpu"
+    return 0 if cpu or ddp_nodes(wildcards) > 1 else ddp_devices(wildcards)
+
+
+def ddp_gres(wildcards):
+    """Across nodes, every node's GPUs (a gres is per node); nothing otherwise."""
+    cpu = config["device"] == "cpu"
+    return "" if cpu or ddp_nodes(wildcards) == 1 else f"gpu:{GPUS_PER_NODE}"
+
+
+def ddp_tasks_per_gpu(wildcards):
+    """One task per GPU on one node; across nodes a task (a torchrun) drives a node's GPUs,
+    and 0 leaves SLURM's --ntasks-per-gpu out."""
+    return 1 if ddp_nodes(wildcards) == 1 else 0
+
+
+def ddp_cpus_per_task(wildcards, threads):
+    """Each rank's share of the job's threads plus its DataLoader workers, per task (per
+    node's torchrun across nodes)."""
+    devices = ddp_devices(wildcards)
+    per_rank = max(1, threads // min(devices, GPUS_PER_NODE)) + int(
+        wildcards.num_workers
+    )
+    return per_rank if ddp_nodes(wildcards) == 1 else per_rank * GPUS_PER_NODE
+
+
+def ddp_launcher(wildcards):
+    """torchrun: standalone on one node; across nodes, started once per node by srun."""
+    devices, nodes = ddp_devices(wildcards), ddp_nodes(wildcards)
+    torchrun = "python -m torch.distributed.run"
+    if nodes == 1:
+        return f"{torchrun} --standalone --nproc-per-node {devices}"
+    need = f"batchscope: a run on {devices} devices spans {nodes} nodes: run it through SLURM"
+    head = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    return (
+        f"srun --ntasks-per-node=1 --nodes={nodes} --kill-on-bad-exit=1 {torchrun}"
+        f" --nnodes {nodes} --nproc-per-node {GPUS_PER_NODE}"
+        f' --rdzv-id "${{SLURM_JOB_ID:?{need}}}" --rdzv-backend c10d'
+        f" --rdzv-endpoint {head}:{DDP_PORT}"
+    )
+
+
 def plot_dir(wildcards, output):
     return os.path.dirname(output[0])
 
@@ -366,6 +439,7 @@ def bench_spec_text(wildcards):
         seed=wildcards.seed,
         round=wildcards.round,
         short=short_run(wildcards),
+        devices=paths.devices_of(wildcards.devices_tag),
     ).to_json()
 
 

@@ -79,6 +79,28 @@ rule plots:
         " --rounds {input.rounds:q} > {log:q} 2>&1"
 
 
+# With several `devices` values: throughput and scaling efficiency against the devices.
+rule scaling_plot:
+    input:
+        by_point="results/summary_by_point.csv",
+    output:
+        report(
+            "results/plots/scaling.png",
+            caption="../report/scaling.rst",
+            category="Throughput",
+            labels={"figure": "scaling with devices"},
+        ),
+    log:
+        "logs/scaling_plot.log",
+    benchmark:
+        "benchmarks/scaling_plot.tsv"
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python -m batchscope.report.plots_scaling --by-point {input.by_point:q}"
+        " --output {output:q} > {log:q} 2>&1"
+
+
 # The answer, machine-readable: per mode x model x accumulation, the pick, the tie set and the
 # verdict from the runs' throughputs across rounds. Everything that states the answer reads it.
 rule answer:
