@@ -234,6 +234,8 @@ def fake_result(
         "image_size": 16,
         "channels": 1,
         "images_skipped": 0,
+        "decoder": None,
+        "preprocessing": None,
         "pin_memory": True,
         "non_blocking": True,
         "prefetch_factor": 2,

@@ -96,6 +96,7 @@ def open_split(
     image_size: int | None = None,
     synthetic: Mapping | None = None,
     val_fraction: float = 0.0,
+    pipeline: Mapping | None = None,
 ) -> Split:
     """Open split ``"train"`` or ``"test"`` of a prepared dataset (``"all"``: image folders).
 
@@ -106,7 +107,9 @@ def open_split(
     ``"train"`` the others; ``"all"`` is every image. ``synthetic`` needs the mapping
     ``synthetic`` with keys ``channels``, ``image_size``, ``num_classes``, ``num_samples``;
     ``channels`` and ``image_size`` given here override it, ``root`` may be None, and every
-    split is the same images.
+    split is the same images. ``pipeline`` (imagefolder): its resize, crop, normalize and
+    decoder (:class:`batchscope.core.spec.ImagePipelineSpec` as a mapping). The ``python``
+    datasets are opened by ``batchscope.bench.pydata``.
     """
     check_name(name)
     if split not in SPLITS:
@@ -119,12 +122,12 @@ def open_split(
         raise DatasetError(f"{name}: open_split needs the root prepare() filled")
     from batchscope.bench import images  # torchvision and PIL: only for the data that needs them
 
-    return images.open_split(name, Path(root), split, channels, image_size, val_fraction)
+    return images.open_split(name, Path(root), split, channels, image_size, val_fraction, pipeline)
 
 
 def needs_torchvision(name: str) -> bool:
-    """Whether opening dataset ``name`` imports torchvision (everything but ``synthetic``)."""
-    return name != "synthetic"
+    """Whether opening dataset ``name`` imports torchvision (all but ``synthetic``, ``python``)."""
+    return name not in ("synthetic", datasets.PYTHON)
 
 
 class SyntheticImages(Dataset):

@@ -8,13 +8,15 @@ DataLoader workers started by ``spawn`` can unpickle them.
 - ``fashion_mnist``: ``torchvision.datasets.FashionMNIST`` over the decompressed files
   ``prepare`` verified, normalised with the training set's mean and spread.
 - ``cifar10``: torchvision's CIFAR10 over the extracted archive, normalised likewise.
-- ``imagefolder``: the images ``<root>/index.json`` lists (the readable ones), decoded on access;
-  its held-out split is the ``val/`` folder's images, else a fixed share of each class.
+- ``imagefolder``: the images ``<root>/index.json`` lists (the readable ones), decoded on access
+  by PIL or torchvision.io (the ``decoder``), then resized, cropped and normalised as the config
+  says (``transforms.v2``: PIL images by PIL, torchvision's tensors by torch); its held-out split
+  is the ``val/`` folder's images, else a fixed share of each class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -41,13 +43,14 @@ def open_split(
     channels: int | None,
     image_size: int | None,
     val_fraction: float = 0.0,
+    pipeline: Mapping | None = None,
 ) -> Split:
     """``batchscope.bench.data.open_split`` for the datasets torchvision reads (name checked)."""
     if name == "fashion_mnist":
         return _open_fashion_mnist(root, split, channels, image_size)
     if name == "cifar10":
         return _open_cifar10(root, split, channels, image_size)
-    return _open_imagefolder(root, split, channels, image_size, val_fraction)
+    return _open_imagefolder(root, split, channels, image_size, val_fraction, pipeline)
 
 
 def fashion_raw_folder(root: Path) -> Path:
@@ -133,12 +136,33 @@ def _open_cifar10(root: Path, split: str, channels: int | None, image_size: int 
     return Split(dataset, len(dataset.classes), channels or native, size, skipped=0)
 
 
-class IndexedImages(Dataset):
-    """Images listed in an imagefolder index, decoded on access; a file that fails raises."""
+#: The first bytes of every JPEG file (what ``decoder: torchvision`` hands to decode_jpeg).
+JPEG_MAGIC = b"\xff\xd8\xff"
 
-    def __init__(self, samples: Sequence[tuple[str, int]], transform: Callable) -> None:
+
+def decode(file: str, decoder: str = "pil"):
+    """The RGB image in ``file``: a PIL image (``pil``), or a uint8 C x H x W tensor decoded
+    from the file's bytes (``torchvision``: decode_jpeg for JPEGs, decode_image otherwise)."""
+    if decoder == "pil":
+        return pil_loader(file)
+    from torchvision.io import ImageReadMode, decode_image, decode_jpeg, read_file
+
+    data = read_file(file)
+    if bytes(data[:3].tolist()) == JPEG_MAGIC:
+        return decode_jpeg(data, mode=ImageReadMode.RGB)
+    return decode_image(data, mode=ImageReadMode.RGB)
+
+
+class IndexedImages(Dataset):
+    """Images listed in an imagefolder index, decoded on access (by ``decoder``: pil or
+    torchvision); a file that fails raises."""
+
+    def __init__(
+        self, samples: Sequence[tuple[str, int]], transform: Callable, decoder: str = "pil"
+    ) -> None:
         self.samples = [(str(file), int(label)) for file, label in samples]
         self.transform = transform
+        self.decoder = decoder
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -146,14 +170,47 @@ class IndexedImages(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         file, label = self.samples[index]
         try:
-            image = pil_loader(file)
-        except DECODE_ERRORS as exc:
+            image = decode(file, self.decoder)
+        except (*DECODE_ERRORS, RuntimeError) as exc:
             raise DatasetError(f"imagefolder: cannot decode {file}: {one_line(exc)}") from exc
         return self.transform(image), label
 
 
+def pipeline_transform(
+    image_size: int, pipeline: Mapping | None = None, channels: int | None = None
+) -> Callable:
+    """A decoded image (PIL, or a uint8 tensor) -> resize -> centre crop -> float tensor in
+    [0, 1] -> normalize, with ``transforms.v2`` (which resizes a PIL image with PIL and a tensor
+    with torch, antialiased). Without ``resize`` or ``crop``, a square of ``image_size``."""
+    from torchvision.transforms import v2
+
+    pipeline = pipeline or {}
+    resize, crop = pipeline.get("resize"), pipeline.get("crop")
+    native = datasets.native_channels("imagefolder")
+    if channels is not None and channels != native:
+        raise DatasetError(f"imagefolder: cannot turn {native}-channel images into {channels}")
+    if resize is None and crop is None:
+        resize = [image_size, image_size]
+    steps: list[Callable] = []
+    if resize is not None:
+        steps.append(v2.Resize(resize if isinstance(resize, int) else list(resize)))
+    if crop is not None:
+        steps.append(v2.CenterCrop(crop))
+    steps += [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
+    normalize = datasets.normalize_values(pipeline.get("normalize"))
+    if normalize:
+        steps.append(v2.Normalize(mean=list(normalize["mean"]), std=list(normalize["std"])))
+    steps.append(v2.ToPureTensor())
+    return v2.Compose(steps)
+
+
 def _open_imagefolder(
-    root: Path, split: str, channels: int | None, image_size: int | None, val_fraction: float
+    root: Path,
+    split: str,
+    channels: int | None,
+    image_size: int | None,
+    val_fraction: float,
+    pipeline: Mapping | None = None,
 ) -> Split:
     index_path = root / INDEX_NAME
     if not index_path.is_file():
@@ -175,8 +232,10 @@ def _open_imagefolder(
             f"imagefolder: no {split} images in {index_path} (val_fraction {val_fraction}: "
             "raise it, or add a val/ folder)"
         )
-    size = image_size or datasets.IMAGEFOLDER_DEFAULT_SIZE
+    pipeline = pipeline or {}
+    piped = datasets.pipeline_image_size(pipeline.get("resize"), pipeline.get("crop"))
+    size = piped or image_size or datasets.IMAGEFOLDER_DEFAULT_SIZE
     native = datasets.native_channels("imagefolder")  # read as RGB
-    transform = _image_transform("imagefolder", native, channels, size, normalize=None)
-    dataset = IndexedImages(picked, transform)
+    transform = pipeline_transform(size, pipeline, channels)
+    dataset = IndexedImages(picked, transform, pipeline.get("decoder") or "pil")
     return Split(dataset, len(index["classes"]), native, size, skipped=len(index["skipped"]))

@@ -129,17 +129,33 @@ def _open_data(spec: RunSpec):
     from batchscope.core import datasets
 
     dataset = spec.dataset
+    validate = spec.train is not None and spec.train.validate
+    if dataset.python is not None:
+        return _open_python(spec, validate)
     synthetic = dataclasses.asdict(dataset.synthetic) if dataset.synthetic else None
     native = data.native_channels(dataset.name, synthetic)
     channels = models.entry_input_channels(spec.model_entry, native)
     kwargs = {"channels": channels, "image_size": dataset.image_size, "synthetic": synthetic}
     if dataset.val_fraction is not None:
         kwargs["val_fraction"] = dataset.val_fraction
+    if dataset.pipeline is not None:
+        kwargs["pipeline"] = dataclasses.asdict(dataset.pipeline)
     split = datasets.work_split(dataset.name, spec.mode)
     work = data.open_split(dataset.name, dataset.root, split, **kwargs)
-    validate = spec.train is not None and spec.train.validate
     val = data.open_split(dataset.name, dataset.root, "test", **kwargs) if validate else None
     return work, val, channels
+
+
+def _open_python(spec: RunSpec, validate: bool):
+    """:func:`_open_data` for the user's own Datasets, their items fed as they are (the model
+    check refused a training target without a validation Dataset)."""
+    from batchscope.bench import models, pydata
+    from batchscope.core import datasets
+
+    python = dataclasses.asdict(spec.dataset.python)
+    work, val = pydata.open_splits(python, datasets.work_split(spec.dataset.name, spec.mode))
+    channels = models.entry_input_channels(spec.model_entry, work.channels or 3)
+    return work, val if validate else None, channels
 
 
 def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
@@ -312,6 +328,7 @@ def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) ->
         "image_size": work.image_size,
         "channels": context["channels"],
         "images_skipped": work.skipped,
+        **_pipeline_fields(spec),
         "epochs": spec.train.epochs if spec.train else 1,
         "max_steps": spec.max_steps,
         "optimizer": spec.train.optimizer if spec.train else None,
@@ -326,6 +343,20 @@ def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) ->
         "env_fingerprint": env["fingerprint"],
         "torch_version": env["packages"]["torch"],
     }
+
+
+def _pipeline_fields(spec: RunSpec) -> dict:
+    """An image folder's decoder and preprocessing, as a result records them."""
+    from batchscope.core import datasets
+
+    pipeline = spec.dataset.pipeline
+    if pipeline is None:
+        return {"decoder": None, "preprocessing": None}
+    text = datasets.preprocessing_text(pipeline.resize, pipeline.crop, pipeline.normalize)
+    if pipeline.resize is None and pipeline.crop is None:  # image_size's square resize
+        size = spec.dataset.image_size or datasets.IMAGEFOLDER_DEFAULT_SIZE
+        text = datasets.preprocessing_text([size, size], None, pipeline.normalize)
+    return {"decoder": pipeline.decoder, "preprocessing": text}
 
 
 def exit_without_teardown(code: int) -> None:

@@ -34,11 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with open(args.spec, encoding="utf-8") as handle:
         spec = json.load(handle)
+    from batchscope.bench.data import DatasetError
     from batchscope.bench.models import ModelError
+    from batchscope.core.config import ConfigError
 
     try:
         found = check(spec)
-    except ModelError as exc:
+    except (ModelError, DatasetError, ConfigError) as exc:
         print(f"batchscope: {exc}", file=sys.stderr)
         return 1
     results.write_json(args.output, found)
@@ -61,8 +63,17 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
             f"model entry {entry.name}: a Hugging Face model reads token ids, and the sweep's"
             f" dataset {data['dataset']} gives images (token datasets are not there yet)"
         )
-    channels = models.entry_input_channels(entry, data["channels"])
-    shape = (channels, data["image_size"], data["image_size"])
+    facts = {}
+    if "python" in data:  # the user's own Datasets: built here once, their first item fed
+        sample, facts = python_input(spec)
+        data = {**data, "num_classes": data["python"]["num_classes"], "classes_known": True}
+        native = sample.shape[0] if sample.dim() == 3 else 3
+        channels = models.entry_input_channels(entry, native)
+        shape = tuple(sample.shape)
+    else:
+        channels = models.entry_input_channels(entry, data["channels"])
+        shape = (channels, data["image_size"], data["image_size"])
+        sample = torch.zeros(shape)
 
     def build():
         return models.build(entry, num_classes=data["num_classes"], in_channels=channels)
@@ -72,7 +83,7 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     model.eval()
     try:
         with torch.no_grad():
-            output = models.logits_of(model(torch.zeros(1, *shape)))
+            output = models.logits_of(model(sample.unsqueeze(0)))
     except Exception as exc:
         raise models.ModelError(
             f"model entry {entry.name}: a forward pass on one sample of shape {shape}"
@@ -100,7 +111,37 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
         "dataset": data["dataset"],
         "output_shape": list(output.shape),
         "parameter_dtypes": dtypes,
+        **facts,
     }
+
+
+def python_input(spec: dict[str, Any]):
+    """Build the user's Datasets once (``batchscope.bench.pydata``: every mistake one line
+    naming the dataset), hold their length against the sweep's batch sizes, and return the
+    first training input with what a reader wants to know of the data."""
+    from batchscope.bench import pydata
+    from batchscope.core import config, datasets
+
+    work, val = pydata.open_splits(spec["input"]["python"], "train")
+    sweep = spec["sweep"]
+    train = sweep["train"]
+    needs_val = any(train[k] is not None for k in ("target_accuracy", "target_loss"))
+    if val is None and "train" in sweep["modes"] and (needs_val or train["eval_every_samples"]):
+        raise pydata.DatasetError(
+            f"{pydata.OWNER}: the factory gave no validation Dataset (val is None), and"
+            " train.target_accuracy, target_loss or eval_every_samples need one"
+        )
+    lengths = {"train": len(work.dataset), "val": len(val.dataset) if val else None}
+    if sweep["batch_sizes"] != "auto":
+        for mode in sweep["modes"]:
+            split = datasets.work_split(datasets.PYTHON, mode)
+            samples = lengths["train"] + ((lengths["val"] or 0) if split == "all" else 0)
+            sets = "train Dataset" if split == "train" or not val else "train and val Datasets"
+            what = f"samples in the python dataset's {sets}"
+            config.check_steps(sweep, mode, samples, what)
+    sample = work.dataset[0][0]
+    facts = {"dataset_samples": lengths, "dataset_factory": spec["input"]["python"]["factory"]}
+    return sample, facts
 
 
 def count_flops(entry: ModelSpec, build, shape: tuple[int, ...], *, train: bool):

@@ -168,36 +168,47 @@ def _checked_module(entry: ModelSpec, model: Any) -> nn.Module:
 
 
 def _factory_function(entry: ModelSpec):
-    """The function of ``file.py:function`` (the file's folder importable beside it) or of
-    ``package.module:function`` (importable from the working directory or installed)."""
-    where, _, function = entry.id.rpartition(":")
+    """The function of the entry's ``file.py:function`` or ``package.module:function``."""
+    return import_function(
+        entry.id, f"batchscope_factory_{entry.name}", lambda message: _error(entry, message)
+    )
+
+
+def import_function(text: str, module_name: str, error):
+    """The function of ``file.py:function`` (the file's folder importable beside it, the file
+    imported as ``module_name`` and registered under it, so that pickle finds its classes) or of
+    ``package.module:function`` (importable from the working directory or installed).
+    ``error(message)`` is the exception each mistake raises."""
+    where, _, function = text.rpartition(":")
     if where.endswith(".py") or os.sep in where:
         if not os.path.isfile(where):
-            raise _error(entry, f"factory file {where} not found")
+            raise error(f"factory file {where} not found")
         folder = os.path.dirname(where)
         if folder not in sys.path:
             sys.path.insert(0, folder)
-        spec = importlib.util.spec_from_file_location(f"batchscope_factory_{entry.name}", where)
+        spec = importlib.util.spec_from_file_location(module_name, where)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
-            raise _error(entry, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+            del sys.modules[module_name]
+            raise error(f"importing {where} raised {type(exc).__name__}: {exc}") from exc
     else:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(where)
         except ModuleNotFoundError as exc:
-            raise _error(entry, f"factory module {where!r} not found ({exc})") from exc
+            raise error(f"factory module {where!r} not found ({exc})") from exc
         except Exception as exc:
-            raise _error(entry, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+            raise error(f"importing {where} raised {type(exc).__name__}: {exc}") from exc
     found = getattr(module, function, None)
     if not callable(found):
         names = [n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n])]
         close = difflib.get_close_matches(function, names, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise _error(entry, f"{where} has no function {function!r}{hint}")
+        raise error(f"{where} has no function {function!r}{hint}")
     return found
 
 

@@ -169,6 +169,8 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"config key dataset.path: {path!r} is not a folder{where}")
     elif "path" in dataset:
         raise ConfigError("config key dataset.path: only used when dataset.name is imagefolder")
+    _check_pipeline(dataset)
+    _check_python(config)
     train = config.get("train", {})
     if train.get("lr_scaling", "none") != "none" and train.get("base_batch_size") is None:
         raise ConfigError("config key train.base_batch_size: required when train.lr_scaling is set")
@@ -222,6 +224,58 @@ def _check_devices(config: Mapping[str, Any]) -> None:
             )
 
 
+def _check_pipeline(dataset: Mapping[str, Any]) -> None:
+    """An image folder's preprocessing (resize, crop, normalize, decoder): for image folders
+    only, giving square images of one size."""
+    given = [k for k in ("resize", "crop", "normalize") if dataset.get(k) is not None]
+    if dataset.get("decoder", "pil") != "pil":
+        given.append("decoder")
+    if not given:
+        return
+    if dataset.get("name") != "imagefolder":
+        raise ConfigError(
+            f"config key dataset.{given[0]}: only used when dataset.name is imagefolder"
+        )
+    resize, crop = dataset.get("resize"), dataset.get("crop")
+    if dataset.get("image_size") is not None and (resize is not None or crop is not None):
+        raise ConfigError("config key dataset.image_size: give image_size or resize/crop, not both")
+    if isinstance(resize, int) and crop is None:
+        raise ConfigError(
+            f"config key dataset.resize: {resize} keeps each image's aspect, so images differ"
+            " in size: add dataset.crop, or give resize: [height, width]"
+        )
+    if isinstance(resize, list) and crop is None and resize[0] != resize[1]:
+        raise ConfigError(
+            f"config key dataset.resize: {resize} is not square; the sweep's images are:"
+            " add a square dataset.crop, or give equal sides"
+        )
+    least = min(resize) if isinstance(resize, list) else resize
+    if crop is not None and least is not None and crop > least:
+        raise ConfigError(
+            f"config key dataset.crop: {crop} is larger than the resized image"
+            f" ({datasets.resize_text(resize)})"
+        )
+
+
+def _check_python(config: Mapping[str, Any]) -> None:
+    """A ``python`` dataset names its factory; its own Datasets fix their images' size (the
+    model-check job builds them once and checks their items and length)."""
+    dataset = config.get("dataset", {})
+    if dataset.get("name") != datasets.PYTHON:
+        for key in ("factory", "kwargs"):
+            if dataset.get(key):
+                raise ConfigError(
+                    f"config key dataset.{key}: only used when dataset.name is python"
+                )
+        return
+    if not dataset.get("factory"):
+        raise ConfigError("config key dataset.factory: required when dataset.name is python")
+    if dataset.get("image_size") is not None:
+        raise ConfigError(
+            "config key dataset.image_size: a python dataset's items have their own size"
+        )
+
+
 def _check_against_data(config: Mapping[str, Any]) -> None:
     """What the data's size and the models' input sizes allow (``config`` has its defaults)."""
     dataset = config["dataset"]
@@ -232,8 +286,11 @@ def _check_against_data(config: Mapping[str, Any]) -> None:
     if config["batch_sizes"] != "auto":
         for mode in config["modes"]:
             _check_steps(config, mode, sizes)
+    if name == datasets.PYTHON:
+        return  # its length and items' shape: the model-check job, which builds the Datasets
     native = datasets.SHAPES.get(name, {}).get("image_size", datasets.SYNTHETIC_DEFAULT_SIZE)
-    size = dataset["image_size"] or native
+    piped = datasets.pipeline_image_size(dataset.get("resize"), dataset.get("crop"))
+    size = piped or dataset["image_size"] or native
     for entry in config["models"]:
         # a plain name, or a mapping's `model:` (say, a checkpoint of a torchvision model);
         # timm, factory and hf models are checked by their model-check job
@@ -242,10 +299,9 @@ def _check_against_data(config: Mapping[str, Any]) -> None:
             continue
         problem = model_inputs.input_size_problem(model, size)
         if problem:
-            given = "" if dataset["image_size"] else f" ({name}'s own size)"
-            raise ConfigError(
-                f"config key dataset.image_size: {problem}{given}; set a size it takes"
-            )
+            key = "crop" if dataset.get("crop") else "resize" if piped else "image_size"
+            given = "" if piped or dataset["image_size"] else f" ({name}'s own size)"
+            raise ConfigError(f"config key dataset.{key}: {problem}{given}; set a size it takes")
 
 
 def _image_folder_sizes(config: Mapping[str, Any]) -> datasets.ImageFolderSizes:
@@ -295,6 +351,13 @@ def _check_steps(
         what = f"{name} {datasets.work_split(name, mode)} samples"
         if samples is None:
             return
+    check_steps(config, mode, samples, what)
+
+
+def check_steps(config: Mapping[str, Any], mode: str, samples: int, what: str) -> None:
+    """Every batch size of ``mode`` leaves a step to measure after the warm-up over ``samples``
+    (``what`` they are, for the message); ``config`` has its defaults. The model-check job
+    calls it for data whose size only a job can know (a ``python`` dataset)."""
     warmup = config["measure"]["warmup_steps"]
     epochs = config["train"]["epochs"] if mode == "train" else 1
     accumulation = config["train"]["accumulation_steps"] if mode == "train" else [1]

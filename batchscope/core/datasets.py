@@ -14,7 +14,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-NAMES = ("fashion_mnist", "cifar10", "imagefolder", "synthetic")
+#: ``python``: the user's own ``Dataset``s, from a factory function (``dataset.factory``).
+PYTHON = "python"
+
+NAMES = ("fashion_mnist", "cifar10", "imagefolder", "synthetic", PYTHON)
 
 #: Side of the images ``imagefolder`` yields when no ``image_size`` is given.
 IMAGEFOLDER_DEFAULT_SIZE = 64
@@ -190,8 +193,55 @@ def image_folder_sizes(listing: ImageFolderListing, val_fraction: float) -> Imag
 
 def work_split(name: str, mode: str) -> str:
     """The split a mode's runs read: training reads ``train``; inference reads the test split,
-    or, for an image folder, every image (``all``: nothing is learned, nothing need be held out).
+    or, for an image folder or a ``python`` dataset, every sample (``all``: nothing is learned,
+    nothing need be held out).
     """
     if mode == "train":
         return "train"
-    return "all" if name == "imagefolder" else "test"
+    return "all" if name in ("imagefolder", PYTHON) else "test"
+
+
+# ------------------------------------------------------------ an image folder's preprocessing
+
+#: ``normalize: imagenet``: the mean and spread of ImageNet's training images, per RGB channel.
+IMAGENET_NORMALIZE = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+
+#: How an image folder's files are decoded: PIL, or torchvision.io (libjpeg-turbo on the bytes).
+DECODERS = ("pil", "torchvision")
+
+
+def resize_text(resize: int | Sequence[int]) -> str:
+    """``256`` (the shorter side, aspect kept) or ``224x240`` (height x width)."""
+    return str(resize) if isinstance(resize, int) else "x".join(map(str, resize))
+
+
+def pipeline_image_size(resize: int | Sequence[int] | None, crop: int | None) -> int | None:
+    """The side of the square images an image folder's ``resize`` and ``crop`` give (the
+    centre crop's, else a ``[h, w]`` resize's), or None when neither fixes it."""
+    if crop is not None:
+        return int(crop)
+    if resize is not None and not isinstance(resize, int):
+        return int(resize[0])
+    return None
+
+
+def normalize_values(normalize: str | dict | None) -> dict | None:
+    """``{mean, std}`` of a ``normalize`` setting (``imagenet`` named), or None."""
+    return IMAGENET_NORMALIZE if normalize == "imagenet" else normalize
+
+
+def preprocessing_text(
+    resize: int | Sequence[int] | None, crop: int | None, normalize: str | dict | None
+) -> str:
+    """What is done to each decoded image, in a few words (results' ``preprocessing``)."""
+    steps = []
+    if resize is not None:
+        kept = " (shorter side)" if isinstance(resize, int) else ""
+        steps.append(f"resize {resize_text(resize)}{kept}")
+    if crop is not None:
+        steps.append(f"center crop {crop}")
+    if normalize == "imagenet":
+        steps.append("normalize imagenet")
+    elif normalize:
+        steps.append(f"normalize mean {normalize['mean']} std {normalize['std']}")
+    return ", ".join(steps) or "none"

@@ -147,13 +147,13 @@ def parse(entry: Any, index: int = 0, base_dirs: Sequence[str] | None = None) ->
     source = SOURCE_KEYS[key] or _plain_source(str(entry[key]))
     model_id, file_sha = str(entry[key]), None
     if key == "factory":
-        model_id, file_sha = _factory(label, model_id, dirs)
+        model_id, file_sha = resolve_factory(f"model entry {label}", model_id, dirs)
     elif key == "hf" and _looks_like_path(model_id):
-        model_id = _existing(label, "hf folder", model_id, dirs)
+        model_id = _existing(f"model entry {label}", "hf folder", model_id, dirs)
     kwargs = dict(entry.get("config" if key == "hf" else "kwargs") or {})
     weights = entry.get("weights")
     if weights:
-        weights = _existing(label, "weights file", str(weights), dirs)
+        weights = _existing(f"model entry {label}", "weights file", str(weights), dirs)
         if not os.path.isfile(weights):
             raise ModelEntryError(f"model entry {label}: weights {weights!r} is not a file")
     return ModelSpec(
@@ -176,22 +176,22 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or text.startswith(".") or text.endswith(".py")
 
 
-def _factory(label: str, text: str, dirs: Sequence[str]) -> tuple[str, str | None]:
+def resolve_factory(owner: str, text: str, dirs: Sequence[str]) -> tuple[str, str | None]:
     """``file.py:function`` with the file found (absolute) and hashed, or
-    ``package.module:function`` as it is (imported by the job)."""
+    ``package.module:function`` as it is (imported by the job). ``owner`` starts the one-line
+    error (``model entry mynet``, ``dataset python``)."""
     where, sep, function = text.rpartition(":")
     if not sep or not where or not function.isidentifier():
         raise ModelEntryError(
-            f"model entry {label}: factory {text!r} is not file.py:function"
-            " or package.module:function"
+            f"{owner}: factory {text!r} is not file.py:function or package.module:function"
         )
     if not _looks_like_path(where):
         return text, None
-    path = _existing(label, "factory file", where, dirs)
+    path = _existing(owner, "factory file", where, dirs)
     return f"{path}:{function}", sha256_of(path)
 
 
-def _existing(label: str, what: str, path: str, dirs: Sequence[str]) -> str:
+def _existing(owner: str, what: str, path: str, dirs: Sequence[str]) -> str:
     """``path`` (absolute, or relative to the first of ``dirs`` that has it), absolute."""
     path = os.path.expanduser(path)
     candidates = [path] if os.path.isabs(path) else [os.path.join(d, path) for d in dirs]
@@ -199,7 +199,7 @@ def _existing(label: str, what: str, path: str, dirs: Sequence[str]) -> str:
         if os.path.exists(candidate):
             return os.path.abspath(candidate)
     looked = ", ".join(dict.fromkeys(os.path.dirname(os.path.abspath(c)) for c in candidates))
-    raise ModelEntryError(f"model entry {label}: {what} {path!r} not found (looked in {looked})")
+    raise ModelEntryError(f"{owner}: {what} {path!r} not found (looked in {looked})")
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}
@@ -241,6 +241,8 @@ def check_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
     from batchscope.core import spec
 
     dataset = spec.dataset_spec(config)
+    if dataset.python is not None:
+        return _python_check_spec(config, name, dataset)
     shape = dataset.synthetic or spec.synthetic_twin(config, "infer").synthetic
     return {
         "model": dataclasses.asdict(find(config["models"], name)),
@@ -253,6 +255,35 @@ def check_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
             "classes_known": dataset.name != "imagefolder",
         },
         "train": "train" in config["modes"],
+    }
+
+
+def _python_check_spec(config: Mapping[str, Any], name: str, dataset) -> dict[str, Any]:
+    """:func:`check_spec` for the user's own Datasets, whose shape and length only a job that
+    builds them can know: the check builds them, feeds the model their first item, and holds
+    their length against the sweep's batch sizes (``sweep``: the settings that takes)."""
+    import dataclasses
+
+    train = config["train"]
+    return {
+        "model": dataclasses.asdict(find(config["models"], name)),
+        "input": {"dataset": dataset.name, "python": dataclasses.asdict(dataset.python)},
+        "train": "train" in config["modes"],
+        "sweep": {
+            "modes": list(config["modes"]),
+            "batch_sizes": config["batch_sizes"],
+            "measure": {"warmup_steps": config["measure"]["warmup_steps"]},
+            "train": {
+                key: train[key]
+                for key in (
+                    "epochs",
+                    "accumulation_steps",
+                    "target_accuracy",
+                    "target_loss",
+                    "eval_every_samples",
+                )
+            },
+        },
     }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,34 @@ class SyntheticSpec:
 
 
 @dataclass(frozen=True)
+class ImagePipelineSpec:
+    """How an image folder's files become tensors (the config's resize, crop, normalize,
+    decoder): what a service does to each image, measured as it does it."""
+
+    #: an int (the shorter side, aspect kept) or [height, width]; None: ``image_size`` square
+    resize: int | list[int] | None
+    #: a centre crop of this side, after the resize
+    crop: int | None
+    #: ``imagenet`` or ``{mean, std}`` per channel; None leaves [0, 1]
+    normalize: str | dict | None
+    #: ``pil`` or ``torchvision`` (:data:`batchscope.core.datasets.DECODERS`)
+    decoder: str
+
+
+@dataclass(frozen=True)
+class PythonDatasetSpec:
+    """The user's own Datasets (``dataset: python``): the factory that returns them."""
+
+    #: ``file.py:function`` (absolute file) or ``package.module:function``
+    factory: str
+    kwargs: dict[str, Any]
+    #: the factory's file, hashed so that an edit reruns the jobs that read it
+    file_sha256: str | None
+    #: the models' outputs; targets are 0 .. num_classes - 1
+    num_classes: int
+
+
+@dataclass(frozen=True)
 class DatasetSpec:
     name: str
     #: the prepared folder (``download_dataset``'s output); None for synthetic data
@@ -59,6 +88,10 @@ class DatasetSpec:
     #: image folders: share of each class held out for validation (a val/ folder overrides it);
     #: None for the other datasets, whose splits are their own
     val_fraction: float | None
+    #: image folders only: the preprocessing and decoder
+    pipeline: ImagePipelineSpec | None
+    #: ``python`` only: the factory of the Datasets
+    python: PythonDatasetSpec | None
 
 
 @dataclass(frozen=True)
@@ -258,28 +291,64 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
             num_classes=cfg["num_classes"],
             num_samples=cfg["num_samples"],
         )
-    root = None if name == "synthetic" else paths.DATASET_DIR.format(dataset=name)
+    prepared = name not in ("synthetic", datasets.PYTHON)
+    root = paths.DATASET_DIR.format(dataset=name) if prepared else None
     val_fraction = cfg["val_fraction"] if name == "imagefolder" else None
+    pipeline = None
+    if name == "imagefolder":
+        pipeline = ImagePipelineSpec(
+            resize=cfg.get("resize"),
+            crop=cfg.get("crop"),
+            normalize=cfg.get("normalize"),
+            decoder=cfg.get("decoder") or "pil",
+        )
     return DatasetSpec(
         name=name,
         root=root,
         image_size=cfg.get("image_size"),
         synthetic=synthetic,
         val_fraction=val_fraction,
+        pipeline=pipeline,
+        python=python_dataset_spec(cfg) if name == datasets.PYTHON else None,
+    )
+
+
+def python_dataset_spec(cfg: Mapping[str, Any], dirs: list[str] | None = None) -> PythonDatasetSpec:
+    """A ``python`` dataset's factory, its file found (``dirs``, else the working directory:
+    the workflow makes the path absolute first) and hashed; :class:`models.ModelEntryError`
+    names the dataset when it is not there."""
+    factory, sha = models.resolve_factory("dataset python", cfg["factory"], dirs or [os.getcwd()])
+    return PythonDatasetSpec(
+        factory=factory,
+        kwargs=dict(cfg.get("kwargs") or {}),
+        file_sha256=sha,
+        num_classes=cfg["num_classes"],
     )
 
 
 def synthetic_twin(config: Mapping[str, Any], mode: str) -> DatasetSpec:
     """Synthetic tensors of the sweep's data's shape, as many as the mode's split has (where
-    known): what a compute-only ceiling run computes on."""
+    known): what a compute-only ceiling run computes on. A ``python`` dataset's shape is known
+    only once it is built: its ceiling computes on its own first samples, put on the device
+    before the clock like the twin's."""
     name = config["dataset"]["name"]
+    if name == datasets.PYTHON:
+        return dataset_spec(config)
     shape = dict(datasets.SHAPES[name])
-    if config["dataset"].get("image_size"):
-        shape["image_size"] = config["dataset"]["image_size"]
+    cfg = config["dataset"]
+    size = datasets.pipeline_image_size(cfg.get("resize"), cfg.get("crop")) or cfg.get("image_size")
+    if size:
+        shape["image_size"] = size
     samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode, datasets.UNKNOWN_SPLIT_SAMPLES)
     synthetic = SyntheticSpec(**shape, num_samples=samples)
     return DatasetSpec(
-        name="synthetic", root=None, image_size=None, synthetic=synthetic, val_fraction=None
+        name="synthetic",
+        root=None,
+        image_size=None,
+        synthetic=synthetic,
+        val_fraction=None,
+        pipeline=None,
+        python=None,
     )
 
 

@@ -58,6 +58,7 @@ from batchscope.report.recommend_points import (
     absent_points,
     env_mismatches,
     images_skipped,
+    input_pipeline,
     point_dict,
     pooled_points,
     prepare,
@@ -96,6 +97,7 @@ def recommend(
     configurations at the best's batch size whose stall the best's worker count removed);
     workers (``worker_comparison``: the best against fewer and more workers at its batch size);
     images_skipped (unreadable images the image folder's index left out, else 0);
+    input_pipeline (an image folder's decoder and preprocessing, as recorded; else None);
     best_accuracy (train, only when another configuration than the best); env_mismatch_runs;
     evidence (one dict per run); recommendation (a sentence); notes (more sentences);
     time_to_target (see ``time_to_target``; None unless ``convergence``, the convergence
@@ -170,6 +172,7 @@ def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> 
         "stall_fixes": stall_fixes(points, best) if best else [],
         "workers": worker_comparison(points, best) if best else None,
         "images_skipped": images_skipped(rows),
+        "input_pipeline": input_pipeline(rows),
         "best_accuracy": best_accuracy,
         "env_mismatch_runs": env_mismatches(rows),
         "evidence": evidence(rows, best, runner_up, best_accuracy),

@@ -217,6 +217,19 @@ def images_skipped(rows: pd.DataFrame) -> int:
     return int(counts.max()) if len(counts) else 0
 
 
+def input_pipeline(rows: pd.DataFrame) -> str | None:
+    """How an image folder's images were decoded and preprocessed (``decoder pil; resize 256
+    (shorter side), center crop 224``), as the runs recorded it; None for other datasets."""
+    if "decoder" not in rows:
+        return None
+    recorded = rows.dropna(subset=["decoder"])
+    if recorded.empty:
+        return None
+    first = recorded.iloc[0]
+    steps = first.get("preprocessing")
+    return f"decoder {first['decoder']}" + (f"; {steps}" if isinstance(steps, str) else "")
+
+
 def env_mismatches(rows: pd.DataFrame) -> int:
     """Runs measured in another environment (rows without a result have no fingerprint)."""
     if "env_matches_capture" not in rows:

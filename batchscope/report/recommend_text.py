@@ -152,11 +152,19 @@ def _diagnosis(rec: Mapping[str, Any]) -> str:
             f"Diagnosis: input-bound (data wait {wait:.3f} of the step time, over {limit:g}): "
             "the model waits for the input pipeline"
         )
+        pipeline = rec.get("input_pipeline")
+        if pipeline:
+            text += f" (images: {pipeline})"
         fixed = best["stall_removed_by_workers"]
         if fixed == aggregate.NO_WORKERS or fixed is None:
+            cheaper = (
+                "another decoder or a cheaper resize/crop"
+                if pipeline
+                else "a cheaper input pipeline"
+            )
             return text + (
                 "; no larger worker count measured removed the stall (more workers "
-                "or a cheaper input pipeline may help)."
+                f"or {cheaper} may help)."
             )
         return text + f"; num_workers={fixed} removed the stall at this batch size."
     text = f"Diagnosis: compute-bound (data wait {wait:.3f} of the step time, at most {limit:g})"

@@ -401,8 +401,11 @@ def plot_dir(wildcards, output):
 
 
 def dataset_dir():
-    """The prepared dataset folder, or nothing for synthetic data (made in each job)."""
-    return [] if DATASET == "synthetic" else paths.DATASET_DIR.format(dataset=DATASET)
+    """The prepared dataset folder, or nothing for synthetic data (made in each job) and the
+    user's own Datasets (built by each job from their factory)."""
+    if DATASET in ("synthetic", "python"):
+        return []
+    return paths.DATASET_DIR.format(dataset=DATASET)
 
 
 def download_options(wildcards):
