@@ -80,8 +80,11 @@ def train_step(model, optimizer, spec: RunSpec, device: torch.device, scheduler=
     """One optimizer update over the loader's batch (``effective_batch_size`` samples), in
     ``accumulation_steps`` micro-batches of ``batch_size`` (each loss weighted by its share, so
     the gradient is the whole batch's)."""
+    from batchscope.bench.losses import forward_loss
+
     precision = spec.compute.precision
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    loss_of = forward_loss(model, spec.train.loss)
 
     def step(x: torch.Tensor, y: torch.Tensor, clock) -> torch.Tensor:
         clock.start()
@@ -91,7 +94,7 @@ def train_step(model, optimizer, spec: RunSpec, device: torch.device, scheduler=
         chunks = list(zip(x.split(spec.batch_size), y.split(spec.batch_size), strict=True))
         for i, (xs, ys) in enumerate(chunks):
             with autocast(device, precision):
-                loss = F.cross_entropy(logits_of(model(xs)), ys) * (ys.shape[0] / y.shape[0])
+                loss = loss_of(xs, ys) * (ys.shape[0] / y.shape[0])
             total += loss.detach().float()
             if i == len(chunks) - 1:
                 # with accumulation, the earlier micro-batches' forward and backward passes
@@ -128,7 +131,9 @@ def infer_step(model, spec: RunSpec, device: torch.device):
 def evaluate(
     model, loader: DataLoader, device: torch.device, spec: RunSpec
 ) -> tuple[float, float, int]:
-    """Top-1 accuracy and mean loss of ``model`` over ``loader``, and the samples it saw.
+    """Top-1 accuracy and mean loss (cross-entropy) of ``model`` over ``loader``, and the
+    samples it saw. Sequence outputs (``B x L x V``, a language model's) count each position:
+    the accuracy of its next-id guesses, the loss per position.
 
     The model is put back in training mode if it was in it."""
     was_training = model.training
@@ -139,8 +144,15 @@ def evaluate(
         x, y = to_device(x, y, device, spec)
         with autocast(device, spec.compute.precision):
             logits = logits_of(model(x))
-        loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
-        correct += int((logits.argmax(dim=1) == y).sum())
+        if logits.dim() > 2:  # per position: weigh each sample as one
+            per_position = F.cross_entropy(
+                logits.flatten(0, -2).float(), y.flatten(), reduction="none"
+            ).view(y.shape)
+            loss_sum += float(per_position.mean(dim=1).sum())
+            correct += float((logits.argmax(dim=-1) == y).float().mean(dim=1).sum())
+        else:
+            loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
+            correct += int((logits.argmax(dim=1) == y).sum())
         seen += y.shape[0]
     model.train(was_training)
     return correct / seen, loss_sum / seen, seen

@@ -14,20 +14,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 #: The keys of a point, and of the group it is compared within.
-POINT_KEYS = ("mode", "model", "batch_size", "accumulation_steps", "num_workers")
-GROUP_KEYS = ("mode", "model", "accumulation_steps")
+#: (``sequence_length``: token data only, else None; a group is one sequence length)
+POINT_KEYS = ("mode", "model", "sequence_length", "batch_size", "accumulation_steps", "num_workers")
+GROUP_KEYS = ("mode", "model", "sequence_length", "accumulation_steps")
 
 
 def point_of(row: Mapping[str, Any]) -> tuple:
     """The point a result (or any mapping with the point keys) belongs to."""
-    return tuple(
-        int(row[k]) if k in ("batch_size", "accumulation_steps", "num_workers") else str(row[k])
-        for k in POINT_KEYS
-    )
+    return tuple(_point_value(k, row.get(k)) for k in POINT_KEYS)
+
+
+def _point_value(key: str, value: Any) -> Any:
+    if key == "sequence_length":  # absent or empty (None, NaN, pandas' NA) for images
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None
+    return int(value) if key in ("batch_size", "accumulation_steps", "num_workers") else str(value)
 
 
 def group_of(point: Sequence) -> tuple:
-    """The group of a point: mode, model, accumulation."""
+    """The group of a point: mode, model, sequence length, accumulation."""
     named = dict(zip(POINT_KEYS, point, strict=True))
     return tuple(named[k] for k in GROUP_KEYS)
 

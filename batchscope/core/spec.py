@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,20 @@ class SyntheticSpec:
 
 
 @dataclass(frozen=True)
+class TokensSpec:
+    """Token ids (``dataset: tokens`` or ``text``); each sample is ``RunSpec.sequence_length``
+    ids long."""
+
+    #: tokens: samples per split; text: None (the file's length decides)
+    num_samples: int | None
+    #: tokens: ids are drawn below it; None takes the model's config's ``vocab_size``
+    vocab_size: int | None
+    #: text: the text file (absolute) and the local tokenizer folder (None: UTF-8 bytes)
+    path: str | None
+    tokenizer: str | None
+
+
+@dataclass(frozen=True)
 class DatasetSpec:
     name: str
     #: the prepared folder (``download_dataset``'s output); None for synthetic data
@@ -57,8 +72,10 @@ class DatasetSpec:
     image_size: int | None
     synthetic: SyntheticSpec | None
     #: image folders: share of each class held out for validation (a val/ folder overrides it);
-    #: None for the other datasets, whose splits are their own
+    #: None for the other datasets, whose splits are their own (text: its share of sequences)
     val_fraction: float | None
+    #: token datasets (tokens, text); None for images
+    tokens: TokensSpec | None
 
 
 @dataclass(frozen=True)
@@ -93,6 +110,8 @@ class TrainSpec:
     lr: float
     momentum: float
     weight_decay: float
+    #: ``auto``, ``cross_entropy``, ``mse``, ``model`` or ``file.py:function`` (absolute file)
+    loss: str
     val_batch_size: int
     lr_scaling: str
     base_batch_size: int | None
@@ -120,6 +139,8 @@ class RunSpec:
     accumulation_steps: int
     num_workers: int
     seed: int
+    #: token ids per sample (token datasets); None for images
+    sequence_length: int | None
     #: which independent measurement of this grid point (1-based): rounds differ in nothing else
     round: int
     device: str
@@ -249,14 +270,26 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
             num_classes=cfg["num_classes"],
             num_samples=cfg["num_samples"],
         )
-    root = None if name == "synthetic" else paths.DATASET_DIR.format(dataset=name)
-    val_fraction = cfg["val_fraction"] if name == "imagefolder" else None
+    tokens = None
+    if datasets.is_tokens(name):
+        text = name == "text"
+        tokenizer = cfg.get("tokenizer") if text else None
+        tokens = TokensSpec(
+            num_samples=None if text else cfg["num_samples"],
+            vocab_size=None if text else cfg.get("vocab_size"),
+            path=os.path.abspath(cfg["path"]) if text else None,
+            tokenizer=os.path.abspath(tokenizer) if tokenizer else None,
+        )
+    no_folder = name == "synthetic" or tokens is not None
+    root = None if no_folder else paths.DATASET_DIR.format(dataset=name)
+    val_fraction = cfg["val_fraction"] if name in ("imagefolder", "text") else None
     return DatasetSpec(
         name=name,
         root=root,
-        image_size=cfg.get("image_size"),
+        image_size=None if tokens else cfg.get("image_size"),
         synthetic=synthetic,
         val_fraction=val_fraction,
+        tokens=tokens,
     )
 
 
@@ -270,7 +303,12 @@ def synthetic_twin(config: Mapping[str, Any], mode: str) -> DatasetSpec:
     samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode, datasets.UNKNOWN_SPLIT_SAMPLES)
     synthetic = SyntheticSpec(**shape, num_samples=samples)
     return DatasetSpec(
-        name="synthetic", root=None, image_size=None, synthetic=synthetic, val_fraction=None
+        name="synthetic",
+        root=None,
+        image_size=None,
+        synthetic=synthetic,
+        val_fraction=None,
+        tokens=None,
     )
 
 
@@ -285,13 +323,18 @@ def build(
     num_workers: int,
     seed: int,
     round: int = 1,
+    sequence_length: int | None = None,
 ) -> RunSpec:
     """The spec of one job, from the validated config (defaults filled) and its grid point.
 
     A ``ceiling`` run computes on synthetic tensors of the data's shape with no workers, no
     validation and none of the convergence machinery; a ``trial`` (``batch_sizes: auto``) is
-    the sweep's own workload, which the largest-batch search shortens per trial.
+    the sweep's own workload, which the largest-batch search shortens per trial. Token data
+    needs its ``sequence_length`` (one of ``sequence_lengths``); images take None.
     """
+    tokens = datasets.is_tokens(config["dataset"]["name"])
+    if tokens != (sequence_length is not None):
+        raise SpecError("spec sequence_length: needed for token datasets, and only for them")
     train = None
     if mode == "train":
         validate = kind != "ceiling" and config["train"]["validate"]
@@ -307,6 +350,7 @@ def build(
         accumulation_steps=int(accumulation_steps),
         num_workers=int(num_workers),
         seed=int(seed),
+        sequence_length=None if sequence_length is None else int(sequence_length),
         round=int(round),
         device=config["device"],
         deterministic=config["deterministic"],
@@ -378,6 +422,8 @@ def build_search(config: Mapping[str, Any], *, mode: str, model: str) -> SearchS
         accumulation_steps=_largest_accumulation(config, mode),
         num_workers=max(config["num_workers"]),
         seed=0,
+        # the longest sequences: the batch found fits every sequence length of the sweep
+        sequence_length=max(config["sequence_lengths"]) if _tokens(config) else None,
     )
     search = config["maxbatch"]
     return SearchSpec(
@@ -390,6 +436,10 @@ def build_search(config: Mapping[str, Any], *, mode: str, model: str) -> SearchS
     )
 
 
+def _tokens(config: Mapping[str, Any]) -> bool:
+    return datasets.is_tokens(config["dataset"]["name"])
+
+
 def _largest_accumulation(config: Mapping[str, Any], mode: str) -> int:
     return max(config["train"]["accumulation_steps"]) if mode == "train" else 1
 
@@ -400,7 +450,7 @@ def search_cap(config: Mapping[str, Any], mode: str) -> int:
     step left to measure after its warm-up."""
     cap = config["maxbatch"]["cap"]
     name = config["dataset"]["name"]
-    if name == "synthetic":
+    if name in ("synthetic", "tokens"):
         samples = config["dataset"]["num_samples"]
     else:
         samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode)

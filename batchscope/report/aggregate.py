@@ -40,7 +40,7 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import results, verdict
+from batchscope.core import results, rounds, verdict
 from batchscope.core.paths import grid_of_path
 from batchscope.core.stats import mean_ci
 
@@ -50,6 +50,7 @@ FIRST_COLUMNS = (
     "device",
     "status",
     "samples_per_s",
+    "tokens_per_s",
     "step_time_ms_p50",
     "peak_mem_mb",
     "data_wait_frac",
@@ -67,9 +68,9 @@ SORT_KEYS = [k for k in results.GRID_KEYS if k != "dataset"]
 POINT_KEYS = [k for k in results.GRID_KEYS if k not in ("seed", "round")]
 
 #: Keys a result must carry for its row to mean anything (a result from before rounds has no
-#: ``round``: it is round 1).
+#: ``round``: it is round 1; one from before token data no ``sequence_length``: it is images).
 REQUIRED_KEYS = (
-    *(k for k in results.GRID_KEYS if k != "round"),
+    *(k for k in results.GRID_KEYS if k not in ("round", "sequence_length")),
     "status",
     "env_fingerprint",
     "schema_version",
@@ -89,7 +90,7 @@ ABSENT_STATUSES = (MISSING, FAILED)
 NO_WORKERS = "none"
 
 #: Points-table metrics given as mean and confidence interval over the ok seeds.
-CI_METRICS = ("samples_per_s", "val_accuracy", "final_loss")
+CI_METRICS = ("samples_per_s", "tokens_per_s", "val_accuracy", "final_loss")
 
 #: Points-table metrics given as the mean over the ok seeds (when the summary has them).
 MEAN_METRICS = (
@@ -117,8 +118,11 @@ LATER_GRID_KEYS = {"accumulation_steps": 1, "round": 1}
 
 def with_grid_defaults(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with integer ``accumulation_steps`` and ``round`` columns. Tables from before
-    either was an axis (and rows that lack them) ran one micro-batch per update, in one round."""
+    either was an axis (and rows that lack them) ran one micro-batch per update, in one round.
+    A table from before token data has no ``sequence_length``: its rows are images (empty)."""
     filled = {}
+    seq = frame.get("sequence_length", pd.Series(pd.NA, index=frame.index, dtype="Int64"))
+    filled["sequence_length"] = pd.to_numeric(seq).astype("Int64")
     for key, value in LATER_GRID_KEYS.items():
         column = frame.get(key, pd.Series(value, index=frame.index))
         filled[key] = pd.to_numeric(column).fillna(value).astype(results.FIELDS[key].dtype)
@@ -168,6 +172,7 @@ def read_results(result_paths: Iterable[str | Path]) -> list[tuple[Path, dict[st
         path = Path(raw_path)
         result = results.read_json(path)
         result.setdefault("round", LATER_GRID_KEYS["round"])
+        result.setdefault("sequence_length", None)
         _check_result(path, result)
         pairs.append((path, result))
     _check_unique(pairs)
@@ -398,8 +403,7 @@ def _point_row(key: tuple, group: pd.DataFrame, means: list[str], eliminated: Ma
         row.update({f"{metric}_mean": mean, f"{metric}_ci95_low": low})
         row[f"{metric}_ci95_high"] = high
     row.update(_round_spread(ok, rounds_of[ok.index] if len(ok) else rounds_of.iloc[:0]))
-    point = tuple(row[k] for k in ("mode", "model", "batch_size", "accumulation_steps"))
-    row["eliminated_at_round"] = eliminated.get((*point, row["num_workers"]))
+    row["eliminated_at_round"] = eliminated.get(rounds.point_of(row))
     for metric in means:
         row[_mean_name(metric)] = pd.to_numeric(ok[metric]).mean() if len(ok) else math.nan
     return row
@@ -422,19 +426,12 @@ def _round_spread(ok: pd.DataFrame, rounds_of: pd.Series) -> dict[str, Any]:
 
 
 def read_eliminated(round_files: Iterable[str | Path]) -> dict[tuple, int]:
-    """(mode, model, batch_size, accumulation_steps, num_workers) -> the round after which the
-    race dropped that point, from the decisions in ``results/rounds/``."""
+    """A point (``batchscope.core.rounds.point_of``) -> the round after which the race dropped
+    it, from the decisions in ``results/rounds/``."""
     out: dict[tuple, int] = {}
     for path in round_files:
         for entry in results.read_json(path)["eliminated"]:
-            point = (
-                entry["mode"],
-                entry["model"],
-                int(entry["batch_size"]),
-                int(entry["accumulation_steps"]),
-                int(entry["num_workers"]),
-            )
-            out[point] = int(entry["eliminated_at_round"])
+            out[rounds.point_of(entry)] = int(entry["eliminated_at_round"])
     return out
 
 

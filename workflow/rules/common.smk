@@ -6,7 +6,7 @@ import shlex
 
 from snakemake.settings.types import DeploymentMethod
 
-from batchscope.core import paths, results, rounds, spec
+from batchscope.core import datasets, paths, results, rounds, spec
 from batchscope.core.config import ConfigError, check, load_schema, with_defaults
 
 
@@ -65,6 +65,7 @@ wildcard_constraints:
     num_workers=r"\d+",
     seed=r"\d+",
     round=r"[1-9]\d*",
+    sequence_length=r"[1-9]\d*",
     dataset="fashion_mnist|cifar10|imagefolder",
 
 
@@ -76,7 +77,9 @@ resource_scopes:
 
 
 DATASET = config["dataset"]["name"]
-RUN = paths.RUN
+# token data sweeps sequence_lengths too, and only its paths carry it (docs/results.md)
+TOKENS = datasets.is_tokens(DATASET)
+RUN = paths.run_pattern(TOKENS)
 CEILING = paths.CEILING
 PLOTS = [
     "throughput",
@@ -107,12 +110,19 @@ def accumulation_steps(mode):
     return config["train"]["accumulation_steps"] if mode == "train" else [1]
 
 
+def sequence_lengths():
+    """The sequence lengths of token data; images have none (one None, not an axis)."""
+    return config["sequence_lengths"] if TOKENS else [None]
+
+
 def grid_points():
-    """Every point of the grid: mode x model x batch size x accumulation x workers."""
+    """Every point of the grid: mode x model x sequence length x batch size x accumulation x
+    workers (rounds.POINT_KEYS)."""
     return [
-        (mode, model, int(b), int(a), int(w))
+        (mode, model, s, int(b), int(a), int(w))
         for mode in config["modes"]
         for model in MODEL_NAMES
+        for s in sequence_lengths()
         for b in batch_sizes(mode, model)
         for a in accumulation_steps(mode)
         for w in config["num_workers"]
@@ -152,6 +162,7 @@ def wildcard_point(wildcards):
     return (
         wildcards.mode,
         wildcards.model,
+        int(wildcards.sequence_length) if TOKENS else None,
         int(wildcards.batch_size),
         int(wildcards.accumulation_steps),
         int(wildcards.num_workers),
@@ -198,7 +209,8 @@ def round_files(wildcards=None):
 
 
 def ceiling_wanted():
-    return config["measure"]["ceiling"] and DATASET != "synthetic"
+    # token data is made or tokenized in memory: no input pipeline to compare with
+    return config["measure"]["ceiling"] and DATASET != "synthetic" and not TOKENS
 
 
 def ceiling_results(wildcards=None):
@@ -287,7 +299,9 @@ def plot_dir(wildcards, output):
 
 def dataset_dir():
     """The prepared dataset folder, or nothing for synthetic data (made in each job)."""
-    return [] if DATASET == "synthetic" else paths.DATASET_DIR.format(dataset=DATASET)
+    if DATASET == "synthetic" or TOKENS:
+        return []
+    return paths.DATASET_DIR.format(dataset=DATASET)
 
 
 def download_options(wildcards):
@@ -323,6 +337,7 @@ def bench_spec_text(wildcards):
         num_workers=wildcards.num_workers,
         seed=wildcards.seed,
         round=wildcards.round,
+        sequence_length=wildcards.sequence_length if TOKENS else None,
     ).to_json()
 
 
