@@ -19,8 +19,9 @@ from batchscope.report.figures import batch_axis
 
 #: A panel shows one mode x model (x dataset, which is a single one per model in a usual sweep).
 #: One panel per distinct value of these; a sweep with several ``accumulation_steps`` (a
-#: training axis) gets a panel per value, so micro-batch sizes stay on one x axis.
-PANEL_KEYS = ["mode", "model", "dataset", "accumulation_steps"]
+#: training axis) gets a panel per value, so micro-batch sizes stay on one x axis; so does each
+#: sequence length of token data (empty for images).
+PANEL_KEYS = ["mode", "model", "dataset", "sequence_length", "accumulation_steps"]
 
 #: How a failed grid point is drawn; ``label`` is the text shown on the axis and in the legend.
 FAILED_STYLE = {
@@ -36,8 +37,10 @@ NO_TRAIN_RUNS = "no training runs in this sweep"
 
 def panel_title(key: Sequence) -> str:
     """The title of the panel of one PANEL_KEYS value."""
-    mode, model, dataset, accumulation = key
+    mode, model, dataset, sequence_length, accumulation = key
     title = f"{mode} / {model} ({dataset})"
+    if not pd.isna(sequence_length):
+        title += f", sequences of {int(sequence_length)}"
     if accumulation != 1:
         steps = int(accumulation)
         title += f"\n{steps} accumulation steps (effective batch = batch size x {steps})"
@@ -55,7 +58,10 @@ def select(frame: pd.DataFrame, key: Sequence) -> pd.DataFrame:
     """Rows of ``frame`` whose PANEL_KEYS equal ``key``."""
     mask = pd.Series(True, index=frame.index)
     for column, value in zip(PANEL_KEYS, key, strict=True):
-        mask &= frame[column] == value
+        if pd.isna(value):  # an image sweep's empty sequence length
+            mask &= frame[column].isna()
+        else:
+            mask &= (frame[column] == value).fillna(False).astype(bool)
     return frame[mask]
 
 

@@ -54,7 +54,9 @@ def test_full_keeps_every_point_and_one_round_eliminates_nothing():
 
 def test_a_group_with_one_point_left_is_decided_and_groups_are_raced_apart():
     values = _runs(POINTS, 5, 0.01)
-    values |= _runs({("infer", "m", None, 32, 1, 0): 500.0, ("infer", "m", None, 64, 1, 0): 505.0}, 5, 0.1)
+    values |= _runs(
+        {("infer", "m", None, 32, 1, 0): 500.0, ("infer", "m", None, 64, 1, 0): 505.0}, 5, 0.1
+    )
     del values[("train", "m", None, 64, 1, 0)]
     going_on, dropped = decision.decide_round(values, strategy="race", level=0.05, looks=1)
     assert dropped == [("train", "m", None, 256, 1, 0)]

@@ -88,7 +88,7 @@ PLOTS = [
     "breakdown",
     "loss_curves",
     "val_accuracy",
-]
+] + (["memory_tokens"] if TOKENS else [])
 
 
 AUTO = config["batch_sizes"] == "auto"
