@@ -4,8 +4,9 @@ from its output.
 - ``auto``: a model whose ``forward`` takes ``labels`` is called with them, and the ``loss`` it
   returns is used; a model that returns none (or takes no labels) gets ``cross_entropy``;
 - ``model``: the model's own loss, required (one line when it returns none);
-- ``cross_entropy``: over the logits' last dimension; sequence outputs (``B x L x V``) are
-  flattened with their targets, one term per position;
+- ``cross_entropy``: over the logits' last dimension; a sequence output (``B x L x V``) against
+  its input ids (``B x L``, a language model's labels) is next-token prediction, Hugging Face
+  style: position t is scored against id t + 1, one term per position;
 - ``mse``: mean squared error; class-id targets are compared as one-hot vectors;
 - ``file.py:function``: ``function(output, target)`` returns the loss (averaged over the batch).
 """
@@ -30,10 +31,17 @@ class LossError(ValueError):
     """A loss the run cannot compute; the message is one line naming ``train.loss``."""
 
 
+def next_token(logits: torch.Tensor, target: torch.Tensor):
+    """A language model's predictions and the ids they predict: position t against id t + 1
+    (labels are the input ids, shifted here as Hugging Face models shift them)."""
+    return logits[:, :-1].flatten(0, -2), target[:, 1:].flatten()
+
+
 def cross_entropy(output, target: torch.Tensor) -> torch.Tensor:
     logits = logits_of(output)
-    if logits.dim() > 2:  # one prediction per position
-        return F.cross_entropy(logits.flatten(0, -2).float(), target.flatten())
+    if logits.dim() > 2:  # one prediction per position: the next id
+        predicted, ids = next_token(logits, target)
+        return F.cross_entropy(predicted.float(), ids)
     return F.cross_entropy(logits, target)
 
 

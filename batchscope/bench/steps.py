@@ -132,8 +132,9 @@ def evaluate(
     model, loader: DataLoader, device: torch.device, spec: RunSpec
 ) -> tuple[float, float, int]:
     """Top-1 accuracy and mean loss (cross-entropy) of ``model`` over ``loader``, and the
-    samples it saw. Sequence outputs (``B x L x V``, a language model's) count each position:
-    the accuracy of its next-id guesses, the loss per position.
+    samples it saw. Sequence outputs (``B x L x V``, a language model's) are scored on the
+    next id at each position (``batchscope.bench.losses.next_token``), each sample weighing
+    one.
 
     The model is put back in training mode if it was in it."""
     was_training = model.training
@@ -144,12 +145,15 @@ def evaluate(
         x, y = to_device(x, y, device, spec)
         with autocast(device, spec.compute.precision):
             logits = logits_of(model(x))
-        if logits.dim() > 2:  # per position: weigh each sample as one
-            per_position = F.cross_entropy(
-                logits.flatten(0, -2).float(), y.flatten(), reduction="none"
-            ).view(y.shape)
+        if logits.dim() > 2:  # the next id at each position; each sample weighs one
+            from batchscope.bench.losses import next_token
+
+            predicted, ids = next_token(logits, y)
+            shape = (y.shape[0], y.shape[1] - 1)
+            per_position = F.cross_entropy(predicted.float(), ids, reduction="none").view(shape)
             loss_sum += float(per_position.mean(dim=1).sum())
-            correct += float((logits.argmax(dim=-1) == y).float().mean(dim=1).sum())
+            hits = (predicted.argmax(dim=-1) == ids).float().view(shape)
+            correct += float(hits.mean(dim=1).sum())
         else:
             loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
             correct += int((logits.argmax(dim=1) == y).sum())

@@ -138,9 +138,9 @@ def open_split(dataset, split: str, sequence_length: int, facts: dict):
             raise TokenError("text: its samples have no class; use a causal_lm model")
         ids, text_vocab = read_text_ids(tokens.path, tokens.tokenizer)
         if vocab and text_vocab > vocab:
+            source = "the tokenizer's" if tokens.tokenizer else "the text's bytes,"
             raise TokenError(
-                f"text: the tokenizer's {text_vocab} ids do not fit the model's vocabulary of"
-                f" {vocab}"
+                f"text: {source} {text_vocab} ids do not fit the model's vocabulary of {vocab}"
             )
         vocab = text_vocab
         data = text_sequences(ids, sequence_length, split, dataset.val_fraction or 0.0)
