@@ -45,14 +45,16 @@ def memory_tokens_figure(summary: pd.DataFrame) -> Figure:
             length=lambda d: d["sequence_length"].astype(int).astype(str),
         )
         if not ok.empty:
+            order = [str(n) for n in sorted(ok["sequence_length"].astype(int).unique())]
             sns.lineplot(
-                data=ok, x="tokens", y="peak_mem_mb", hue="length", marker="o",
-                errorbar=("ci", 95), ax=ax,
+                data=ok, x="tokens", y="peak_mem_mb", hue="length", hue_order=order,
+                marker="o", errorbar=("ci", 95), ax=ax,
             )  # fmt: skip
             ax.legend(title="sequence length", fontsize=8, title_fontsize=8)
         failed = rows[rows["status"] != "ok"].rename(columns={"batch_size": "_b"})
         mark_failed(ax, failed.rename(columns={"tokens": "batch_size"}))
         ax.set_xscale("log", base=2)
+        ax.set_xlim(rows["tokens"].min() / 1.3, rows["tokens"].max() * 1.3)  # failed ones too
         mode, model, dataset, accumulation = key
         panel = f"{mode} / {model} ({dataset})"
         ax.set_title(panel if int(accumulation) == 1 else f"{panel}, {int(accumulation)} acc.")
