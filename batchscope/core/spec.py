@@ -61,6 +61,8 @@ class TokensSpec:
     #: text: the text file (absolute) and the local tokenizer folder (None: UTF-8 bytes)
     path: str | None
     tokenizer: str | None
+    #: text: the file's sha256, so that a changed text reruns the jobs that read it
+    sha256: str | None
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,7 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
             vocab_size=None if text else cfg.get("vocab_size"),
             path=os.path.abspath(cfg["path"]) if text else None,
             tokenizer=os.path.abspath(tokenizer) if tokenizer else None,
+            sha256=models.sha256_of(os.path.abspath(cfg["path"])) if text else None,
         )
     no_folder = name == "synthetic" or tokens is not None
     root = None if no_folder else paths.DATASET_DIR.format(dataset=name)

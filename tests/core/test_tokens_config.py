@@ -39,6 +39,18 @@ def test_a_batch_larger_than_the_tokens_is_refused():
     assert "tokens samples (dataset.num_samples)" in message
 
 
+def test_a_changed_text_file_changes_the_run_spec(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"x" * 1280)
+    changes = {"dataset": {"name": "text", "path": str(text)}, "models": [GPT2], "model": "g"}
+    changes["sequence_lengths"] = [32]
+    before = make_spec("infer", sequence_length=32, **changes)
+    text.write_bytes(b"y" * 1280)
+    after = make_spec("infer", sequence_length=32, **changes)
+    assert before.dataset.tokens.path == after.dataset.tokens.path
+    assert before.sha256() != after.sha256()
+
+
 def test_a_text_read_as_bytes_is_counted_at_its_longest_sequence(tmp_path):
     text = tmp_path / "t.txt"
     text.write_bytes(b"x" * 1280)  # 40 sequences of 32, 10 of 128
