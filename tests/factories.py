@@ -64,11 +64,17 @@ def make_spec(
     num_workers: int = 0,
     seed: int = 0,
     devices: int = 1,
+    sequence_length: int | None = None,
     **config_changes: Any,
 ) -> spec_module.RunSpec:
-    """The run spec of one grid point of ``sweep_config(**config_changes)``."""
+    """The run spec of one grid point of ``sweep_config(**config_changes)``; token data takes
+    ``sequence_length``, by default its config's first."""
+    config = sweep_config(**config_changes)
+    if sequence_length is None and config["dataset"]["name"] in ("tokens", "text"):
+        sequence_length = config["sequence_lengths"][0]
     return spec_module.build(
-        sweep_config(**config_changes),
+        config,
+        sequence_length=sequence_length,
         kind=kind,
         mode=mode,
         model=model,
@@ -155,6 +161,7 @@ def fake_result(
         "mode": mode,
         "model": "small_cnn",
         "dataset": "synthetic",
+        "sequence_length": None,
         "batch_size": 64,
         "accumulation_steps": 1,
         "num_workers": 0,
@@ -172,6 +179,9 @@ def fake_result(
         "error": "DefaultCPUAllocator: can't allocate memory" if status == "oom" else None,
         "stopped_early": False,
         "samples_per_s": 1000.0 if ok else None,
+        "tokens_per_s": 1000.0 * grid["sequence_length"]
+        if ok and grid["sequence_length"]
+        else None,
         "samples_per_s_iqr": 20.0 if ok else None,
         "samples_per_s_windows": [990.0, 1000.0, 1030.0] if ok else None,
         "samples_per_s_per_rank": [1000.0 / grid["devices"]] * grid["devices"] if ok else None,

@@ -139,10 +139,11 @@ def flops_per_sample(
     *,
     train: bool,
     device: str = "meta",
+    dtype: torch.dtype = torch.float32,
 ) -> float:
     """FLOPs one sample costs: forward (infer) or forward + backward (train); see
     :func:`count_flops`."""
-    return count_flops(build, input_shape, train=train, device=device).per_sample
+    return count_flops(build, input_shape, train=train, device=device, dtype=dtype).per_sample
 
 
 def count_flops(
@@ -151,6 +152,7 @@ def count_flops(
     *,
     train: bool,
     device: str = "meta",
+    dtype: torch.dtype = torch.float32,
 ) -> Flops:
     """FLOPs one sample costs: forward (infer) or forward + backward (train), and how many of
     them convolutions do.
@@ -158,13 +160,14 @@ def count_flops(
     ``build`` makes a fresh model; the real model's state (batch-norm statistics) is untouched,
     and so is the global RNG: a CPU copy draws its initial weights from a forked one.
     ``device`` is ``"meta"`` or ``"cpu"`` (see the module's docstring); both give the figure
-    ``FlopCounterMode`` gives.
+    ``FlopCounterMode`` gives. ``dtype``: the input's (``torch.long`` for token ids, which
+    are all 0: any id costs the same).
     """
     if device == "cpu":
         counter = FlopCount()
         try:
             with torch.random.fork_rng(devices=[]):
-                _run_once(build, input_shape, train, counter, "cpu")
+                _run_once(build, input_shape, train, counter, "cpu", dtype)
             return Flops(counter.total / _BATCH, counter.conv / _BATCH)
         except _Unsupported:
             pass
@@ -173,18 +176,20 @@ def count_flops(
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    _run_once(build, input_shape, train, counter, "meta")
+    _run_once(build, input_shape, train, counter, "meta", dtype)
     by_op = counter.get_flop_counts().get("Global", {})
     conv = sum(flops for op, flops in by_op.items() if is_convolution(op))
     return Flops(counter.get_total_flops() / _BATCH, conv / _BATCH)
 
 
-def _run_once(build, input_shape: tuple[int, ...], train: bool, mode, device: str) -> None:
+def _run_once(
+    build, input_shape: tuple[int, ...], train: bool, mode, device: str, dtype: torch.dtype
+) -> None:
     """A fresh model's forward (and, in training, backward) pass on ``_BATCH`` samples on
     ``device``, under ``mode``."""
     with torch.device(device):
         model = build()
-        x = torch.zeros(_BATCH, *input_shape)
+        x = torch.zeros(_BATCH, *input_shape, dtype=dtype)
     model.train(train)
     with mode:
         if train:

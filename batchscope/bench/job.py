@@ -132,6 +132,8 @@ def _open_data(spec: RunSpec):
     validate = spec.train is not None and spec.train.validate
     if dataset.python is not None:
         return _open_python(spec, validate)
+    if dataset.tokens is not None:
+        return _open_tokens(spec)
     synthetic = dataclasses.asdict(dataset.synthetic) if dataset.synthetic else None
     native = data.native_channels(dataset.name, synthetic)
     channels = models.entry_input_channels(spec.model_entry, native)
@@ -156,6 +158,33 @@ def _open_python(spec: RunSpec, validate: bool):
     work, val = pydata.open_splits(python, datasets.work_split(spec.dataset.name, spec.mode))
     channels = models.entry_input_channels(spec.model_entry, work.channels or 3)
     return work, val if validate else None, channels
+
+
+def _open_tokens(spec: RunSpec):
+    """:func:`_open_data` for token data: the model's vocabulary and classes decide the ids
+    and labels (no channels: the model is fed ids)."""
+    from batchscope.bench import models, tokens
+    from batchscope.core import datasets
+
+    facts = models.token_facts(spec.model_entry)
+    longest = facts["max_positions"]
+    if longest is not None and spec.sequence_length > longest:
+        raise models.ModelError(
+            f"model entry {spec.model}: sequences of {spec.sequence_length} are longer than its"
+            f" {longest} positions"
+        )
+    dataset = spec.dataset
+    split = datasets.work_split(dataset.name, spec.mode)
+    try:
+        work, _ = tokens.open_split(dataset, split, spec.sequence_length, facts)
+        val = None
+        if spec.train is not None and spec.train.validate:
+            val, _ = tokens.open_split(dataset, "test", spec.sequence_length, facts)
+    except tokens.TokenError as exc:
+        from batchscope.bench.data import DatasetError
+
+        raise DatasetError(str(exc)) from exc
+    return work, val, None
 
 
 def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
@@ -190,11 +219,14 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
 
     model = build()
     models.load_weights(model, spec.model_entry)
-    shape = tuple(work.dataset[0][0].shape)
-    flops = model_check.count_flops(spec.model_entry, build, shape, train=spec.mode == "train")
+    sample = work.dataset[0][0]
+    flops = model_check.count_flops(
+        spec.model_entry, build, tuple(sample.shape), train=spec.mode == "train", dtype=sample.dtype
+    )
     print(
         f"batchscope bench: {spec.mode} {spec.model} on {spec.dataset.name},"
-        f" batch_size={spec.batch_size} accumulation_steps={spec.accumulation_steps}"
+        f" sequence_length={spec.sequence_length} batch_size={spec.batch_size}"
+        f" accumulation_steps={spec.accumulation_steps}"
         f" num_workers={spec.num_workers} devices={spec.devices} seed={spec.seed}"
         f" device={device} threads={torch.get_num_threads()} env={env['fingerprint']}",
         file=sys.stderr,
@@ -302,6 +334,7 @@ def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) ->
         "mode": spec.mode,
         "model": spec.model,
         "dataset": spec.dataset.name,
+        "sequence_length": spec.sequence_length,
         "batch_size": spec.batch_size,
         "accumulation_steps": spec.accumulation_steps,
         "num_workers": spec.num_workers,
@@ -317,6 +350,7 @@ def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) ->
         "device": str(device),
         "device_name": env["device_name"],
         **outcome,
+        "tokens_per_s": _tokens_per_s(spec, outcome["samples_per_s"]),
         "flops_per_sample": flops.per_sample,
         "achieved_tflops": achieved,
         "math_mode": math_mode,
@@ -357,6 +391,13 @@ def _pipeline_fields(spec: RunSpec) -> dict:
         size = spec.dataset.image_size or datasets.IMAGEFOLDER_DEFAULT_SIZE
         text = datasets.preprocessing_text([size, size], None, pipeline.normalize)
     return {"decoder": pipeline.decoder, "preprocessing": text}
+
+
+def _tokens_per_s(spec: RunSpec, samples_per_s: float | None) -> float | None:
+    """Token ids a second: every position of every sample (token data has no padding)."""
+    if spec.sequence_length is None or samples_per_s is None:
+        return None
+    return samples_per_s * spec.sequence_length
 
 
 def exit_without_teardown(code: int) -> None:

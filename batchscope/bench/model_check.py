@@ -56,12 +56,14 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     from batchscope.bench import models
 
     entry = ModelSpec(**spec["model"])
-    data = spec["input"]
     models.import_for(entry)
+    if "tokens" in spec:
+        return check_tokens(entry, spec["tokens"], spec["train"])
+    data = spec["input"]
     if entry.source == "hf":
         raise models.ModelError(
             f"model entry {entry.name}: a Hugging Face model reads token ids, and the sweep's"
-            f" dataset {data['dataset']} gives images (token datasets are not there yet)"
+            f" dataset {data['dataset']} gives images: use dataset tokens or text"
         )
     facts = {}
     if "python" in data:  # the user's own Datasets: built here once, their first item fed
@@ -144,18 +146,96 @@ def python_input(spec: dict[str, Any]):
     return sample, facts
 
 
-def count_flops(entry: ModelSpec, build, shape: tuple[int, ...], *, train: bool):
+def check_tokens(entry: ModelSpec, data: dict[str, Any], train: bool) -> dict[str, Any]:
+    """:func:`check` for token data: the sweep's longest sequence fits the model's positions,
+    the data's ids its vocabulary, and one sample of the shortest sequence length runs."""
+    import torch
+
+    from batchscope.bench import models, tokens
+
+    facts = models.token_facts(entry)
+    longest = facts["max_positions"]
+    if longest is not None and data["longest"] > longest:
+        raise models.ModelError(
+            f"model entry {entry.name}: sequence_lengths go up to {data['longest']}, longer than"
+            f" its {longest} positions"
+        )
+    vocab = facts["vocab_size"]
+    if data["vocab_size"] and vocab and data["vocab_size"] > vocab:
+        raise models.ModelError(
+            f"model entry {entry.name}: dataset.vocab_size {data['vocab_size']} is larger than"
+            f" its vocabulary of {vocab}"
+        )
+    from types import SimpleNamespace
+
+    dataset = SimpleNamespace(
+        name=data["dataset"],
+        tokens=SimpleNamespace(
+            **{k: data[k] for k in ("num_samples", "vocab_size", "path")},
+            tokenizer=data["tokenizer"],
+        ),
+        val_fraction=0.0,
+    )
+    length = data["sequence_length"]
+    try:
+        split, vocab = tokens.open_split(
+            dataset, "all" if data["dataset"] == "text" else "test", length, facts
+        )
+    except tokens.TokenError as exc:
+        raise models.ModelError(f"model entry {entry.name}: {exc}") from exc
+    classes = split.num_classes
+
+    def build():
+        return models.build(entry, num_classes=classes, in_channels=1)
+
+    model = build()
+    models.load_weights(model, entry)
+    model.eval()
+    ids = split.dataset[0][0].unsqueeze(0)
+    try:
+        with torch.no_grad():
+            output = models.logits_of(model(ids))
+    except Exception as exc:
+        raise models.ModelError(
+            f"model entry {entry.name}: a forward pass on one sequence of {length} token ids"
+            f" ({data['dataset']}) raised {type(exc).__name__}: {' '.join(str(exc).split())}"
+        ) from exc
+    try:
+        flops = count_flops(entry, build, (length,), train=False, dtype=torch.long).per_sample
+    except Exception:  # a figure for the reader only: the benchmark job counts its own
+        flops = None
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
+    return {
+        "name": entry.name,
+        **{k: v for k, v in models.result_fields(entry, model).items() if k != "model_kwargs"},
+        "model_kwargs": entry.kwargs,
+        "weights": entry.weights,
+        "flops_per_sample_infer": flops,
+        "input_shape": [length],
+        "input_dtype": "int64",
+        "dataset": data["dataset"],
+        "vocab_size": vocab,
+        "max_positions": longest,
+        "output_shape": list(output.shape),
+        "parameter_dtypes": dtypes,
+    }
+
+
+def count_flops(entry: ModelSpec, build, shape: tuple[int, ...], *, train: bool, dtype=None):
     """FLOPs per sample and the convolutions' share (:func:`batchscope.bench.flops.count_flops`):
     on the meta device, or for the small CNN on a CPU copy (milliseconds, and no torch._dynamo
     to import); a model whose code cannot run on the meta device is counted on a CPU copy."""
+    import torch
+
     from batchscope.bench import flops, models
 
+    options = {"train": train, "dtype": dtype or torch.float32}
     if models.counts_flops_on_cpu(entry):
-        return flops.count_flops(build, shape, train=train, device="cpu")
+        return flops.count_flops(build, shape, device="cpu", **options)
     try:
-        return flops.count_flops(build, shape, train=train, device="meta")
+        return flops.count_flops(build, shape, device="meta", **options)
     except Exception:  # noqa: BLE001 - any failure on meta: count on a CPU copy
-        return flops.count_flops(build, shape, train=train, device="cpu")
+        return flops.count_flops(build, shape, device="cpu", **options)
 
 
 if __name__ == "__main__":

@@ -222,7 +222,8 @@ def _timm(entry: ModelSpec, num_classes: int, in_channels: int) -> nn.Module:
     return _call(entry, timm.create_model, entry.id, pretrained=False, **kwargs)
 
 
-def _hf(entry: ModelSpec, num_classes: int) -> nn.Module:
+def _hf_config(entry: ModelSpec):
+    """The entry's Hugging Face config, its ``config`` overrides applied (nothing downloaded)."""
     transformers = _optional(entry, "transformers")
     folder = os.path.isdir(entry.id)
     try:
@@ -237,8 +238,39 @@ def _hf(entry: ModelSpec, num_classes: int) -> nn.Module:
         close = difflib.get_close_matches(entry.id, known, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close and not folder else ""
         raise _error(entry, f"no Hugging Face config for {entry.id!r}{hint}: {exc}") from exc
+    return config
+
+
+#: Keys of a Hugging Face config that give its longest sequence (the first one present).
+MAX_POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
+
+
+def token_facts(entry: ModelSpec) -> dict[str, Any]:
+    """What token data needs of a model: ``task``, and from a Hugging Face config its
+    ``vocab_size``, ``num_labels`` and ``max_positions`` (None where it has none); other models
+    have no config (the dataset's ``vocab_size`` is their vocabulary)."""
+    if entry.source != "hf":
+        return {"task": None, "vocab_size": None, "num_labels": None, "max_positions": None}
+    config = _hf_config(entry)
+    longest = next((getattr(config, k) for k in MAX_POSITION_KEYS if hasattr(config, k)), None)
+    return {
+        "task": entry.task,
+        "vocab_size": getattr(config, "vocab_size", None),
+        "num_labels": config.num_labels if entry.task == "sequence_classification" else None,
+        "max_positions": longest,
+    }
+
+
+def _hf(entry: ModelSpec, num_classes: int) -> nn.Module:
+    transformers = _optional(entry, "transformers")
+    folder = os.path.isdir(entry.id)
+    config = _hf_config(entry)
     if entry.task == "sequence_classification":
         config.num_labels = num_classes
+        if getattr(config, "pad_token_id", 0) is None:
+            # a batch of more than one needs it (to find each sequence's end); token data has
+            # no padding, so any id does
+            config.pad_token_id = 0
         auto = transformers.AutoModelForSequenceClassification
     else:
         auto = transformers.AutoModelForCausalLM

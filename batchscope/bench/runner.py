@@ -6,12 +6,10 @@ validation and the noise scale hooked in off the clock, then the measured loop
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset
 
 from batchscope.bench import measure
 from batchscope.bench.loop import StepLog, measured_loop, planned_steps
-from batchscope.bench.models import logits_of
 from batchscope.bench.steps import (
     PRECISIONS,
     evaluate,
@@ -74,8 +72,10 @@ def _convergence_hooks(model, spec: RunSpec, device, val_loader, noise, group=No
 
     train = spec.train
 
-    def loss_fn(logits, y):
-        return F.cross_entropy(logits_of(logits), y)
+    from batchscope.bench.losses import output_loss
+
+    # from the output: the noise scale's passes do not hand a model its labels
+    loss_fn = output_loss(train.loss)
 
     state = {"next_eval": train.eval_every_samples}
 

@@ -84,9 +84,12 @@ def train_step(model, optimizer, spec: RunSpec, device: torch.device, scheduler=
     ``accumulation_steps`` micro-batches of ``batch_size`` (each loss weighted by its share, so
     the gradient is the whole batch's). Under DDP the gradients are all-reduced once per
     update: the micro-batches before the last run under ``no_sync``."""
+    from batchscope.bench.losses import forward_loss
+
     precision = spec.compute.precision
     no_sync = getattr(model, "no_sync", None)  # DDP (a compiled DDP forwards it too)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    loss_of = forward_loss(model, spec.train.loss)
 
     def step(x: torch.Tensor, y: torch.Tensor, clock) -> torch.Tensor:
         clock.start()
@@ -99,7 +102,7 @@ def train_step(model, optimizer, spec: RunSpec, device: torch.device, scheduler=
             sync = no_sync() if no_sync is not None and not last else contextlib.nullcontext()
             with sync:
                 with autocast(device, precision):
-                    loss = F.cross_entropy(logits_of(model(xs)), ys) * (ys.shape[0] / y.shape[0])
+                    loss = loss_of(xs, ys) * (ys.shape[0] / y.shape[0])
                 total += loss.detach().float()
                 if last:
                     # with accumulation, the earlier micro-batches' forward and backward passes
@@ -136,7 +139,10 @@ def infer_step(model, spec: RunSpec, device: torch.device):
 def evaluate(
     model, loader: DataLoader, device: torch.device, spec: RunSpec
 ) -> tuple[float, float, int]:
-    """Top-1 accuracy and mean loss of ``model`` over ``loader``, and the samples it saw.
+    """Top-1 accuracy and mean loss (cross-entropy) of ``model`` over ``loader``, and the
+    samples it saw. Sequence outputs (``B x L x V``, a language model's) are scored on the
+    next id at each position (``batchscope.bench.losses.next_token``), each sample weighing
+    one.
 
     The model is put back in training mode if it was in it."""
     was_training = model.training
@@ -147,8 +153,18 @@ def evaluate(
         x, y = to_device(x, y, device, spec)
         with autocast(device, spec.compute.precision):
             logits = logits_of(model(x))
-        loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
-        correct += int((logits.argmax(dim=1) == y).sum())
+        if logits.dim() > 2:  # the next id at each position; each sample weighs one
+            from batchscope.bench.losses import next_token
+
+            predicted, ids = next_token(logits, y)
+            shape = (y.shape[0], y.shape[1] - 1)
+            per_position = F.cross_entropy(predicted.float(), ids, reduction="none").view(shape)
+            loss_sum += float(per_position.mean(dim=1).sum())
+            hits = (predicted.argmax(dim=-1) == ids).float().view(shape)
+            correct += float(hits.mean(dim=1).sum())
+        else:
+            loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
+            correct += int((logits.argmax(dim=1) == y).sum())
         seen += y.shape[0]
     model.train(was_training)
     return correct / seen, loss_sum / seen, seen

@@ -22,6 +22,7 @@ import yaml
 from jsonschema.exceptions import best_match
 
 from batchscope.core import datasets, model_inputs
+from batchscope.core import models as model_names
 
 #: The contract: the config's JSON Schema, with every key's default (in this checkout).
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -155,22 +156,37 @@ def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
 
 def _check_semantics(config: Mapping[str, Any]) -> None:
     dataset = config.get("dataset", {})
-    if dataset.get("name") == "imagefolder":
+    name = dataset.get("name")
+    if name in ("imagefolder", "text"):
         path = dataset.get("path")
         if not path:
-            raise ConfigError("config key dataset.path: required when dataset.name is imagefolder")
-        if not os.path.isdir(path):
-            where = (
-                ""
-                if os.path.isabs(path)
-                else " (a relative path is looked for beside the config file, then in the"
-                " working directory)"
-            )
+            raise ConfigError(f"config key dataset.path: required when dataset.name is {name}")
+        where = (
+            ""
+            if os.path.isabs(path)
+            else " (a relative path is looked for beside the config file, then in the"
+            " working directory)"
+        )
+        if name == "imagefolder" and not os.path.isdir(path):
             raise ConfigError(f"config key dataset.path: {path!r} is not a folder{where}")
+        if name == "text" and not os.path.isfile(path):
+            raise ConfigError(f"config key dataset.path: {path!r} is not a file{where}")
     elif "path" in dataset:
-        raise ConfigError("config key dataset.path: only used when dataset.name is imagefolder")
+        raise ConfigError(
+            "config key dataset.path: only used when dataset.name is imagefolder or text"
+        )
+    for key, owner in (("vocab_size", "tokens"), ("tokenizer", "text")):
+        if dataset.get(key) is not None and name != owner:
+            raise ConfigError(f"config key dataset.{key}: only used when dataset.name is {owner}")
+    tokenizer = dataset.get("tokenizer")
+    if tokenizer is not None and not os.path.isdir(tokenizer):
+        raise ConfigError(
+            f"config key dataset.tokenizer: {tokenizer!r} is not a folder (a local tokenizer,"
+            " as AutoTokenizer.save_pretrained writes it; nothing is downloaded)"
+        )
     _check_pipeline(dataset)
     _check_python(config)
+    _check_token_models(config)
     train = config.get("train", {})
     if train.get("lr_scaling", "none") != "none" and train.get("base_batch_size") is None:
         raise ConfigError("config key train.base_batch_size: required when train.lr_scaling is set")
@@ -276,6 +292,45 @@ def _check_python(config: Mapping[str, Any]) -> None:
         )
 
 
+#: Keys of a Hugging Face config that give its longest sequence (the first one present).
+MAX_POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
+
+
+def _check_token_models(config: Mapping[str, Any]) -> None:
+    """Token data for models that read token ids, images for the others: a Hugging Face model
+    reads token ids, a built-in, torchvision or timm model images (a factory may read either);
+    and no sequence longer than an entry's config allows (the rest is the model check's)."""
+    name = config.get("dataset", {}).get("name", "fashion_mnist")
+    tokens = datasets.is_tokens(name)
+    for index, entry in enumerate(config.get("models", [])):
+        hf = isinstance(entry, Mapping) and bool(entry.get("hf"))
+        factory = isinstance(entry, Mapping) and bool(entry.get("factory"))
+        label = model_names.name_of(entry, index)
+        if hf and not tokens:
+            raise ConfigError(
+                f"config key dataset.name: {name} gives images, and model {label} (hf) reads"
+                " token ids: use dataset tokens or text"
+            )
+        if tokens and not hf and not factory:
+            raise ConfigError(
+                f"config key dataset.name: {name} gives token ids, and model {label} reads"
+                " images: use an hf model (or a factory that reads token ids)"
+            )
+        if tokens and factory and name == "tokens" and not config["dataset"].get("vocab_size"):
+            raise ConfigError(
+                f"config key dataset.vocab_size: model {label} (a factory) has no config to"
+                " take the vocabulary from: give dataset.vocab_size"
+            )
+        overrides = (entry.get("config") or {}) if hf else {}
+        longest = next((overrides[k] for k in MAX_POSITION_KEYS if k in overrides), None)
+        lengths = config.get("sequence_lengths", [])
+        if tokens and isinstance(longest, int) and lengths and max(lengths) > longest:
+            raise ConfigError(
+                f"config key sequence_lengths: {max(lengths)} is longer than model {label}"
+                f" takes ({longest} positions in its config)"
+            )
+
+
 def _check_against_data(config: Mapping[str, Any]) -> None:
     """What the data's size and the models' input sizes allow (``config`` has its defaults)."""
     dataset = config["dataset"]
@@ -288,6 +343,8 @@ def _check_against_data(config: Mapping[str, Any]) -> None:
             _check_steps(config, mode, sizes)
     if name == datasets.PYTHON:
         return  # its length and items' shape: the model-check job, which builds the Datasets
+    if datasets.is_tokens(name):
+        return  # no image size; the model check feeds the model one sequence
     native = datasets.SHAPES.get(name, {}).get("image_size", datasets.SYNTHETIC_DEFAULT_SIZE)
     piped = datasets.pipeline_image_size(dataset.get("resize"), dataset.get("crop"))
     size = piped or dataset["image_size"] or native
@@ -332,6 +389,20 @@ def _image_folder_sizes(config: Mapping[str, Any]) -> datasets.ImageFolderSizes:
     return sizes
 
 
+def _text_samples(config: Mapping[str, Any], mode: str) -> tuple[int | None, str]:
+    """The sequences of the split ``mode`` reads of a text read as bytes, at the longest
+    sequence length (the fewest); None with a tokenizer (its count is the job's to know)."""
+    dataset = config["dataset"]
+    if dataset["tokenizer"] is not None:
+        return None, ""
+    length = max(config["sequence_lengths"])
+    total = datasets.text_sequences(os.path.getsize(dataset["path"]), length)
+    held = sum(datasets.text_held_out(total, dataset["val_fraction"]))
+    samples = total - held if mode == "train" else total
+    what = f"sequences of {length} bytes in {dataset['path']!r}"
+    return samples, what
+
+
 def _check_steps(
     config: Mapping[str, Any], mode: str, sizes: datasets.ImageFolderSizes | None
 ) -> None:
@@ -339,8 +410,12 @@ def _check_steps(
     it reads has a size known now."""
     dataset = config["dataset"]
     name = dataset["name"]
-    if name == "synthetic":
-        samples, what = dataset["num_samples"], "synthetic samples (dataset.num_samples)"
+    if name in ("synthetic", "tokens"):
+        samples, what = dataset["num_samples"], f"{name} samples (dataset.num_samples)"
+    elif name == "text":
+        samples, what = _text_samples(config, mode)
+        if samples is None:
+            return
     elif sizes is not None:
         if mode == "train":
             samples, what = sizes.train, f"training images in {dataset['path']!r}"

@@ -17,7 +17,35 @@ from dataclasses import dataclass
 #: ``python``: the user's own ``Dataset``s, from a factory function (``dataset.factory``).
 PYTHON = "python"
 
-NAMES = ("fashion_mnist", "cifar10", "imagefolder", "synthetic", PYTHON)
+NAMES = ("fashion_mnist", "cifar10", "imagefolder", "synthetic", PYTHON, "tokens", "text")
+#: The datasets whose samples are token ids (a model that reads them; the ``sequence_lengths``
+#: axis): ``tokens`` (deterministic random ids) and ``text`` (a local text file, tokenized).
+TOKEN_NAMES = ("tokens", "text")
+
+#: The vocabulary of a text file read as bytes (no tokenizer).
+BYTE_VOCAB = 256
+
+
+def is_tokens(name: str) -> bool:
+    """Whether dataset ``name`` yields token ids rather than images."""
+    return name in TOKEN_NAMES
+
+
+def text_sequences(num_tokens: int, sequence_length: int) -> int:
+    """Samples a text of ``num_tokens`` tokens gives: whole sequences, the remainder dropped."""
+    return num_tokens // sequence_length
+
+
+def text_held_out(num_sequences: int, val_fraction: float) -> list[bool]:
+    """Which of a text's sequences are held out: the ``val_fraction`` of them (rounded, never
+    all), spread evenly through the text so that both splits sample all of it; deterministic."""
+    count = held_out_count(num_sequences, val_fraction)
+    if count == 0:
+        return [False] * num_sequences
+    step = num_sequences / count
+    chosen = {min(int(k * step + step / 2), num_sequences - 1) for k in range(count)}
+    return [i in chosen for i in range(num_sequences)]
+
 
 #: Side of the images ``imagefolder`` yields when no ``image_size`` is given.
 IMAGEFOLDER_DEFAULT_SIZE = 64
@@ -193,12 +221,12 @@ def image_folder_sizes(listing: ImageFolderListing, val_fraction: float) -> Imag
 
 def work_split(name: str, mode: str) -> str:
     """The split a mode's runs read: training reads ``train``; inference reads the test split,
-    or, for an image folder or a ``python`` dataset, every sample (``all``: nothing is learned,
-    nothing need be held out).
+    or, for an image folder, a ``python`` dataset or a text file, every sample (``all``: nothing
+    is learned, nothing need be held out).
     """
     if mode == "train":
         return "train"
-    return "all" if name in ("imagefolder", PYTHON) else "test"
+    return "all" if name in ("imagefolder", PYTHON, "text") else "test"
 
 
 # ------------------------------------------------------------ an image folder's preprocessing

@@ -168,6 +168,24 @@ def parse(entry: Any, index: int = 0, base_dirs: Sequence[str] | None = None) ->
     )
 
 
+#: The training losses the config names (``train.loss``); else ``file.py:function``.
+LOSSES = ("auto", "cross_entropy", "mse", "model")
+
+
+def resolve_loss(loss: str, base_dirs: Sequence[str] | None = None) -> str:
+    """``train.loss`` with a ``file.py:function``'s file found (absolute); the named losses as
+    they are. :class:`ModelEntryError` when the file is not there."""
+    if loss in LOSSES:
+        return loss
+    where, _, function = loss.rpartition(":")
+    dirs = list(base_dirs) if base_dirs else [os.getcwd()]
+    try:
+        return f"{_existing('train.loss', 'file', where, dirs)}:{function}"
+    except ModelEntryError as exc:
+        message = str(exc).replace("model entry train.loss", "config key train.loss")
+        raise ModelEntryError(message) from None
+
+
 def _plain_source(name: str) -> str:
     return "builtin" if name == SMALL_CNN else "torchvision"
 
@@ -243,9 +261,23 @@ def check_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
     dataset = spec.dataset_spec(config)
     if dataset.python is not None:
         return _python_check_spec(config, name, dataset)
+    model = dataclasses.asdict(find(config["models"], name))
+    train = "train" in config["modes"]
+    if dataset.tokens is not None:
+        return {
+            "model": model,
+            "tokens": {
+                "dataset": dataset.name,
+                **dataclasses.asdict(dataset.tokens),
+                # one sample of the shortest length; the longest must fit the model's positions
+                "sequence_length": min(config["sequence_lengths"]),
+                "longest": max(config["sequence_lengths"]),
+            },
+            "train": train,
+        }
     shape = dataset.synthetic or spec.synthetic_twin(config, "infer").synthetic
     return {
-        "model": dataclasses.asdict(find(config["models"], name)),
+        "model": model,
         "input": {
             "dataset": dataset.name,
             "channels": shape.channels,
@@ -254,7 +286,7 @@ def check_spec(config: Mapping[str, Any], name: str) -> dict[str, Any]:
             # imagefolder's classes are its subfolders, not known before a job opens it
             "classes_known": dataset.name != "imagefolder",
         },
-        "train": "train" in config["modes"],
+        "train": train,
     }
 
 

@@ -19,6 +19,17 @@ RUN = (
 )
 #: What ``{devices_tag}`` matches: nothing, or ``_dev<N>`` for N >= 2.
 DEVICES_TAG = r"(?:_dev(?:[2-9]|[1-9]\d+))?"
+#: A token sweep's result stem: the sequence length leads the file name (``seq128_bs64_...``).
+#: An image sweep has no sequence length, and its paths stay as they were: a sweep has one
+#: dataset, so the workflow takes one of the two patterns (:func:`run_pattern`).
+RUN_TOKENS = RUN.replace("/bs{batch_size}", "/seq{sequence_length}_bs{batch_size}")
+
+
+def run_pattern(tokens: bool) -> str:
+    """The run stem pattern of a sweep over token data (``tokens``) or images."""
+    return RUN_TOKENS if tokens else RUN
+
+
 #: The decision taken after a round: which points go on (``measure.rounds``, ``sweep``).
 ROUND = "results/rounds/round{round}.json"
 #: One compute-only ceiling run per mode × model × batch size.
@@ -34,7 +45,7 @@ SPEC_DIR = "specs"
 
 #: The file name of a run's result (its mode and model are the two parent folders).
 RESULT_NAME = re.compile(
-    r"bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)"
+    r"(?:seq(?P<sequence_length>\d+)_)?bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)"
     r"_nw(?P<num_workers>\d+)(?:_dev(?P<devices>\d+))?_seed(?P<seed>\d+)(?:_round(?P<round>\d+))?\.json"
 )
 
@@ -49,11 +60,14 @@ def devices_of(tag: str) -> int:
     return int(tag.removeprefix("_dev")) if tag else 1
 
 
-def run_stem(grid: dict[str, Any]) -> str:
-    """The :data:`RUN` stem of a run's grid keys (mode, model, batch_size, accumulation_steps,
-    num_workers, devices (1 when absent), seed, round; others are ignored)."""
-    named = {key: value for key, value in grid.items() if key != "devices"}
-    return RUN.format(**named, devices_tag=devices_tag(grid.get("devices", 1)))
+def run_stem(grid: dict[str, Any] | None = None, **more: Any) -> str:
+    """The run stem of a run's grid keys (``grid`` and ``more``: mode, model, batch_size,
+    accumulation_steps, num_workers, devices (1 when absent), seed, round, and sequence_length
+    (None or absent for images: :data:`RUN`; else :data:`RUN_TOKENS`); others are ignored)."""
+    named = {**(grid or {}), **more}
+    devices = named.pop("devices", 1)
+    tokens = named.get("sequence_length") is not None
+    return run_pattern(tokens).format(**named, devices_tag=devices_tag(devices))
 
 
 def spec_of(stem_pattern: str) -> str:
@@ -75,10 +89,11 @@ def log_of(stem_pattern: str, folder: str = "logs") -> str:
 
 
 def grid_of_path(result_path: str | Path) -> dict[str, Any]:
-    """Mode, model, batch size, accumulation, workers, devices, seed and round of a result path
-    the workflow named (``.../<mode>/<model>/bs<B>_acc<A>_nw<W>[_dev<N>]_seed<S>_round<R>.json``;
-    without ``_dev<N>``, one device; without ``_round<R>``, from before rounds, round 1);
-    ``ValueError`` otherwise."""
+    """Mode, model, batch size, accumulation, workers, devices, seed, round and sequence length
+    of a result path the workflow named
+    (``.../<mode>/<model>/[seq<L>_]bs<B>_acc<A>_nw<W>[_dev<N>]_seed<S>_round<R>.json``; without
+    ``_dev<N>``, one device; without ``_round<R>``, from before rounds, round 1; without
+    ``seq<L>_``, image data: sequence length None); ``ValueError`` otherwise."""
     path = Path(result_path)
     match = RESULT_NAME.fullmatch(path.name)
     if match is None or not path.parent.name or not path.parent.parent.name:
@@ -88,5 +103,6 @@ def grid_of_path(result_path: str | Path) -> dict[str, Any]:
         )
     grid = {"mode": path.parent.parent.name, "model": path.parent.name}
     numbers = {key: int(value) for key, value in match.groupdict().items() if value is not None}
-    # results from before rounds existed are round 1; without a devices tag, one device
-    return grid | {"round": 1, "devices": 1} | numbers
+    # results from before rounds existed are round 1; without a devices tag, one device; image
+    # results have no sequence length
+    return grid | {"round": 1, "devices": 1, "sequence_length": None} | numbers

@@ -40,6 +40,7 @@ GRID_KEYS = (
     "mode",
     "model",
     "dataset",
+    "sequence_length",  # token data only; None for images
     "batch_size",
     "accumulation_steps",
     "num_workers",
@@ -131,10 +132,10 @@ class Field:
     @property
     def dtype(self) -> str:
         """The pandas dtype of this key as a column of a table of results (``summary.csv``).
-        Integers other than the grid keys are nullable (``Int64``): a row without a result
-        (failed, missing) or without the field has none; an array is ';'-joined text."""
+        Integers other than the never-null grid keys are nullable (``Int64``): a row without a
+        result (failed, missing) or without the field has none; an array is ';'-joined text."""
         if self.kind == "integer":
-            return "int64" if self.name in GRID_KEYS else "Int64"
+            return "int64" if self.name in GRID_KEYS and not self.nullable else "Int64"
         return {"number": "float64", "boolean": "boolean"}.get(self.kind, "str")
 
 

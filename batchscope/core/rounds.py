@@ -15,8 +15,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 #: The keys of a point, and of the group it is compared within.
-POINT_KEYS = ("mode", "model", "batch_size", "accumulation_steps", "num_workers", "devices")
-GROUP_KEYS = ("mode", "model", "accumulation_steps", "devices")
+#: (``sequence_length``: token data only, else None; a group is one sequence length)
+POINT_KEYS = (
+    "mode",
+    "model",
+    "sequence_length",
+    "batch_size",
+    "accumulation_steps",
+    "num_workers",
+    "devices",
+)
+GROUP_KEYS = ("mode", "model", "sequence_length", "accumulation_steps", "devices")
 #: Point keys added after results were written: a result without one has this value.
 LATER_POINT_KEYS = {"devices": 1}
 _INT_KEYS = ("batch_size", "accumulation_steps", "num_workers", "devices")
@@ -25,11 +34,20 @@ _INT_KEYS = ("batch_size", "accumulation_steps", "num_workers", "devices")
 def point_of(row: Mapping[str, Any]) -> tuple:
     """The point a result (or any mapping with the point keys) belongs to."""
     values = {**LATER_POINT_KEYS, **row}
-    return tuple(int(values[k]) if k in _INT_KEYS else str(values[k]) for k in POINT_KEYS)
+    return tuple(_point_value(k, values.get(k)) for k in POINT_KEYS)
+
+
+def _point_value(key: str, value: Any) -> Any:
+    if key == "sequence_length":  # absent or empty (None, NaN, pandas' NA) for images
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None
+    return int(value) if key in _INT_KEYS else str(value)
 
 
 def group_of(point: Sequence) -> tuple:
-    """The group of a point: mode, model, accumulation, devices."""
+    """The group of a point: mode, model, sequence length, accumulation, devices."""
     named = dict(zip(POINT_KEYS, point, strict=True))
     return tuple(named[k] for k in GROUP_KEYS)
 

@@ -78,6 +78,22 @@ class PythonDatasetSpec:
 
 
 @dataclass(frozen=True)
+class TokensSpec:
+    """Token ids (``dataset: tokens`` or ``text``); each sample is ``RunSpec.sequence_length``
+    ids long."""
+
+    #: tokens: samples per split; text: None (the file's length decides)
+    num_samples: int | None
+    #: tokens: ids are drawn below it; None takes the model's config's ``vocab_size``
+    vocab_size: int | None
+    #: text: the text file (absolute) and the local tokenizer folder (None: UTF-8 bytes)
+    path: str | None
+    tokenizer: str | None
+    #: text: the file's sha256, so that a changed text reruns the jobs that read it
+    sha256: str | None
+
+
+@dataclass(frozen=True)
 class DatasetSpec:
     name: str
     #: the prepared folder (``download_dataset``'s output); None for synthetic data
@@ -86,12 +102,14 @@ class DatasetSpec:
     image_size: int | None
     synthetic: SyntheticSpec | None
     #: image folders: share of each class held out for validation (a val/ folder overrides it);
-    #: None for the other datasets, whose splits are their own
+    #: None for the other datasets, whose splits are their own (text: its share of sequences)
     val_fraction: float | None
     #: image folders only: the preprocessing and decoder
     pipeline: ImagePipelineSpec | None
     #: ``python`` only: the factory of the Datasets
     python: PythonDatasetSpec | None
+    #: token datasets (tokens, text); None for images
+    tokens: TokensSpec | None
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,8 @@ class TrainSpec:
     lr: float
     momentum: float
     weight_decay: float
+    #: ``auto``, ``cross_entropy``, ``mse``, ``model`` or ``file.py:function`` (absolute file)
+    loss: str
     val_batch_size: int
     lr_scaling: str
     base_batch_size: int | None
@@ -155,6 +175,8 @@ class RunSpec:
     #: data-parallel processes (one device each); batch_size and num_workers are per device
     devices: int
     seed: int
+    #: token ids per sample (token datasets); None for images
+    sequence_length: int | None
     #: which independent measurement of this grid point (1-based): rounds differ in nothing else
     round: int
     device: str
@@ -291,9 +313,20 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
             num_classes=cfg["num_classes"],
             num_samples=cfg["num_samples"],
         )
-    prepared = name not in ("synthetic", datasets.PYTHON)
+    tokens = None
+    if datasets.is_tokens(name):
+        text = name == "text"
+        tokenizer = cfg.get("tokenizer") if text else None
+        tokens = TokensSpec(
+            num_samples=None if text else cfg["num_samples"],
+            vocab_size=None if text else cfg.get("vocab_size"),
+            path=os.path.abspath(cfg["path"]) if text else None,
+            tokenizer=os.path.abspath(tokenizer) if tokenizer else None,
+            sha256=models.sha256_of(os.path.abspath(cfg["path"])) if text else None,
+        )
+    prepared = name not in ("synthetic", datasets.PYTHON) and tokens is None
     root = paths.DATASET_DIR.format(dataset=name) if prepared else None
-    val_fraction = cfg["val_fraction"] if name == "imagefolder" else None
+    val_fraction = cfg["val_fraction"] if name in ("imagefolder", "text") else None
     pipeline = None
     if name == "imagefolder":
         pipeline = ImagePipelineSpec(
@@ -305,11 +338,12 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
     return DatasetSpec(
         name=name,
         root=root,
-        image_size=cfg.get("image_size"),
+        image_size=None if tokens else cfg.get("image_size"),
         synthetic=synthetic,
         val_fraction=val_fraction,
         pipeline=pipeline,
         python=python_dataset_spec(cfg) if name == datasets.PYTHON else None,
+        tokens=tokens,
     )
 
 
@@ -349,6 +383,7 @@ def synthetic_twin(config: Mapping[str, Any], mode: str) -> DatasetSpec:
         val_fraction=None,
         pipeline=None,
         python=None,
+        tokens=None,
     )
 
 
@@ -365,6 +400,7 @@ def build(
     round: int = 1,
     short: bool = False,
     devices: int = 1,
+    sequence_length: int | None = None,
 ) -> RunSpec:
     """The spec of one job, from the validated config (defaults filled) and its grid point.
 
@@ -373,7 +409,11 @@ def build(
     the sweep's own workload, which the largest-batch search shortens per trial. A ``short``
     training run (``train.predict``) trains ``train.predict_steps`` updates with no validation
     until the one after training: it measures the throughput and the noise scale early on.
+    Token data needs its ``sequence_length`` (one of ``sequence_lengths``); images take None.
     """
+    tokens = datasets.is_tokens(config["dataset"]["name"])
+    if tokens != (sequence_length is not None):
+        raise SpecError("spec sequence_length: needed for token datasets, and only for them")
     train = None
     if mode == "train":
         validate = kind != "ceiling" and config["train"]["validate"]
@@ -395,6 +435,7 @@ def build(
         num_workers=int(num_workers),
         devices=int(devices),
         seed=int(seed),
+        sequence_length=None if sequence_length is None else int(sequence_length),
         round=int(round),
         device=config["device"],
         deterministic=config["deterministic"],
@@ -466,6 +507,8 @@ def build_search(config: Mapping[str, Any], *, mode: str, model: str) -> SearchS
         accumulation_steps=_largest_accumulation(config, mode),
         num_workers=max(config["num_workers"]),
         seed=0,
+        # the longest sequences: the batch found fits every sequence length of the sweep
+        sequence_length=max(config["sequence_lengths"]) if _tokens(config) else None,
     )
     search = config["maxbatch"]
     return SearchSpec(
@@ -478,6 +521,10 @@ def build_search(config: Mapping[str, Any], *, mode: str, model: str) -> SearchS
     )
 
 
+def _tokens(config: Mapping[str, Any]) -> bool:
+    return datasets.is_tokens(config["dataset"]["name"])
+
+
 def _largest_accumulation(config: Mapping[str, Any], mode: str) -> int:
     return max(config["train"]["accumulation_steps"]) if mode == "train" else 1
 
@@ -488,7 +535,7 @@ def search_cap(config: Mapping[str, Any], mode: str) -> int:
     step left to measure after its warm-up."""
     cap = config["maxbatch"]["cap"]
     name = config["dataset"]["name"]
-    if name == "synthetic":
+    if name in ("synthetic", "tokens"):
         samples = config["dataset"]["num_samples"]
     else:
         samples = datasets.SPLIT_SAMPLES.get(name, {}).get(mode)

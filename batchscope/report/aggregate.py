@@ -50,6 +50,7 @@ FIRST_COLUMNS = (
     "device",
     "status",
     "samples_per_s",
+    "tokens_per_s",
     "step_time_ms_p50",
     "peak_mem_mb",
     "data_wait_frac",
@@ -67,9 +68,9 @@ SORT_KEYS = [k for k in results.GRID_KEYS if k != "dataset"]
 POINT_KEYS = [k for k in results.GRID_KEYS if k not in ("seed", "round")]
 
 #: Keys a result must carry for its row to mean anything (a result from before rounds has no
-#: ``round``: it is round 1).
+#: ``round``: it is round 1; one from before token data no ``sequence_length``: it is images).
 REQUIRED_KEYS = (
-    *(k for k in results.GRID_KEYS if k != "round"),
+    *(k for k in results.GRID_KEYS if k not in ("round", "sequence_length")),
     "status",
     "env_fingerprint",
     "schema_version",
@@ -89,7 +90,7 @@ ABSENT_STATUSES = (MISSING, FAILED)
 NO_WORKERS = "none"
 
 #: Points-table metrics given as mean and confidence interval over the ok seeds.
-CI_METRICS = ("samples_per_s", "val_accuracy", "final_loss")
+CI_METRICS = ("samples_per_s", "tokens_per_s", "val_accuracy", "final_loss")
 
 #: Points-table metrics given as the mean over the ok seeds (when the summary has them).
 MEAN_METRICS = (
@@ -122,8 +123,11 @@ LATER_GRID_KEYS = {"accumulation_steps": 1, "round": 1, "devices": 1}
 def with_grid_defaults(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with integer ``accumulation_steps``, ``round`` and ``devices`` columns. Tables
     from before each was an axis (and rows that lack them) ran one micro-batch per update, in
-    one round, on one device."""
+    one round, on one device. A table from before token data has no ``sequence_length``: its
+    rows are images (empty)."""
     filled = {}
+    seq = frame.get("sequence_length", pd.Series(pd.NA, index=frame.index, dtype="Int64"))
+    filled["sequence_length"] = pd.to_numeric(seq).astype("Int64")
     for key, value in LATER_GRID_KEYS.items():
         column = frame.get(key, pd.Series(value, index=frame.index))
         filled[key] = pd.to_numeric(column).fillna(value).astype(results.FIELDS[key].dtype)
@@ -174,6 +178,7 @@ def read_results(result_paths: Iterable[str | Path]) -> list[tuple[Path, dict[st
         result = results.read_json(path)
         for key in ("round", "devices"):  # results from before these axes
             result.setdefault(key, LATER_GRID_KEYS[key])
+        result.setdefault("sequence_length", None)
         _check_result(path, result)
         pairs.append((path, result))
     _check_unique(pairs)
@@ -481,8 +486,8 @@ def _round_spread(ok: pd.DataFrame, rounds_of: pd.Series) -> dict[str, Any]:
 
 
 def read_eliminated(round_files: Iterable[str | Path]) -> dict[tuple, int]:
-    """(mode, model, batch_size, accumulation_steps, num_workers, devices) -> the round after
-    which the race dropped that point, from the decisions in ``results/rounds/``."""
+    """A point (``batchscope.core.rounds.point_of``) -> the round after which the race dropped
+    it, from the decisions in ``results/rounds/``."""
     out: dict[tuple, int] = {}
     for path in round_files:
         for entry in results.read_json(path)["eliminated"]:

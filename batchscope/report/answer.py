@@ -33,14 +33,15 @@ from batchscope.report import objectives
 from batchscope.report.aggregate import with_grid_defaults
 
 #: One answer per distinct value of these.
-GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps", "devices"]
+#: (``sequence_length``: token data, one answer per length; empty for images)
+GROUP_KEYS = ["mode", "model", "dataset", "sequence_length", "accumulation_steps", "devices"]
 
 
 def _point_rows(by_point: pd.DataFrame) -> dict[tuple, dict[str, Any]]:
     """(group..., batch_size, num_workers) -> what the pick rule reads of that point."""
     rows = {}
     for _, row in by_point.iterrows():
-        key = (*(row[k] for k in GROUP_KEYS), int(row["batch_size"]), int(row["num_workers"]))
+        key = (*_group(row[k] for k in GROUP_KEYS), int(row["batch_size"]), int(row["num_workers"]))
         memory = row.get("peak_mem_mb_mean")
         rows[key] = {
             "batch_size": int(row["batch_size"]),
@@ -50,10 +51,19 @@ def _point_rows(by_point: pd.DataFrame) -> dict[tuple, dict[str, Any]]:
     return rows
 
 
+def _int(value: Any) -> int | None:
+    return None if pd.isna(value) else int(value)
+
+
+def _group(values) -> tuple:
+    """A group's key with an empty sequence length (images) as None, which equals itself."""
+    return tuple(None if pd.isna(v) else v for v in values)
+
+
 def _left_out(run: Any) -> dict[str, Any]:
     """A run left out for foreign load: its keys within the answer, its share, its file."""
     text_keys = ("mode", "model", "dataset")
-    grid = {k: run[k] if k in text_keys else int(run[k]) for k in results.GRID_KEYS}
+    grid = {k: run[k] if k in text_keys else _int(run[k]) for k in results.GRID_KEYS}
     return {
         **{k: grid[k] for k in ("batch_size", "num_workers", "seed", "round")},
         "foreign_cpu_frac": float(run["foreign_cpu_frac"]),
@@ -86,7 +96,8 @@ def answers(
     if energy_eta is None:
         energy_eta = config.default("recommend.energy_eta")
     out = []
-    for group, runs in ok.groupby(GROUP_KEYS, sort=True):
+    for group, runs in ok.groupby(GROUP_KEYS, sort=True, dropna=False):
+        group = _group(group)
         everything: dict[tuple, list[float]] = {}
         clean: dict[tuple, list[float]] = {}
         n_loaded: dict[tuple, int] = {}
@@ -102,21 +113,22 @@ def answers(
         else:
             decision = verdict.decide(clean, level)
         named = dict(zip(GROUP_KEYS, group, strict=True))
-        out.append(
-            verdict.to_answer(
-                decision,
-                {key: rows[key] for key in everything},
-                mode=named["mode"],
-                model=named["model"],
-                accumulation_steps=int(named["accumulation_steps"]),
-                devices=int(named["devices"]),
-                dataset=named["dataset"],
-                left_out=left_out,
-                foreign_cpu_limit=foreign_cpu_limit,
-            )
+        answer = verdict.to_answer(
+            decision,
+            {key: rows[key] for key in everything},
+            mode=named["mode"],
+            model=named["model"],
+            accumulation_steps=int(named["accumulation_steps"]),
+            devices=int(named["devices"]),
+            dataset=named["dataset"],
+            left_out=left_out,
+            foreign_cpu_limit=foreign_cpu_limit,
         )
-        points = by_point[(by_point[GROUP_KEYS] == pd.Series(named)).all(axis=1)]
-        out[-1]["objectives"] = objectives.objectives(points, out[-1]["pick"], energy_eta)
+        if _int(named["sequence_length"]) is not None:  # images' answers are as they were
+            answer["sequence_length"] = _int(named["sequence_length"])
+        out.append(answer)
+        same = [_group(tuple(row)) == group for row in by_point[GROUP_KEYS].itertuples(False)]
+        out[-1]["objectives"] = objectives.objectives(by_point[same], out[-1]["pick"], energy_eta)
     return out
 
 

@@ -18,6 +18,7 @@ This module is the entry point; the figures live in
   accuracy vs batch size;
 - ``plots_time``: the data-wait heatmap and the step-time breakdown;
 - ``plots_loss``: the training-loss curves;
+- ``plots_tokens``: token sweeps' peak memory vs batch × sequence length;
 - ``plots_panels``: the panels, colours and failure marks they share (and ``figures``, what
   they share with the convergence report's figures).
 
@@ -52,6 +53,7 @@ from batchscope.report.plots_lines import (
 )
 from batchscope.report.plots_loss import loss_curves_figure
 from batchscope.report.plots_time import breakdown_figure, data_wait_figure
+from batchscope.report.plots_tokens import memory_tokens_figure
 
 
 def read_maxbatch(paths: Sequence[str | Path]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -73,8 +75,8 @@ def all_figures(
     eliminated: Mapping[tuple, int] | None = None,
 ) -> dict[str, Figure]:
     """Every figure of the report, by its PNG file name (``answer`` and ``eliminated``: see
-    ``throughput_figure``)."""
-    return {
+    ``throughput_figure``); a sweep over token data adds ``memory_tokens.png``."""
+    figures = {
         "throughput.png": throughput_figure(summary, answer, eliminated),
         "peak_memory.png": peak_memory_figure(summary, maxbatch),
         "data_wait.png": data_wait_figure(summary),
@@ -82,6 +84,9 @@ def all_figures(
         "loss_curves.png": loss_curves_figure(curves, summary),
         "val_accuracy.png": val_accuracy_figure(summary),
     }
+    if "sequence_length" in summary and summary["sequence_length"].notna().any():
+        figures["memory_tokens.png"] = memory_tokens_figure(summary)
+    return figures
 
 
 def main(argv: Sequence[str] | None = None) -> int:

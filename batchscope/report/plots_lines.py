@@ -68,15 +68,23 @@ def throughput_figure(
 def _verdict_marks(answer: Mapping[str, Any], eliminated: Mapping[tuple, int]):
     """A function that draws, on one panel, the pick, its tie set and the eliminated points."""
     answers = {
-        (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"], a.get("devices", 1)): a
+        (
+            a["mode"],
+            a["model"],
+            a.get("dataset"),
+            a.get("sequence_length"),
+            a["accumulation_steps"],
+            a.get("devices", 1),
+        ): a
         for a in answer["answers"]
     }
 
     def draw(ax, key: tuple, points: pd.DataFrame, y: str) -> list[Line2D]:
-        mode, model, dataset, accumulation, devices = key
+        mode, model, dataset, sequence_length, accumulation, devices = key
+        length = None if pd.isna(sequence_length) else int(sequence_length)
         at = {(int(r.batch_size), int(r.num_workers)): getattr(r, y) for r in points.itertuples()}
         handles = []
-        found = answers.get((mode, model, dataset, int(accumulation), int(devices)))
+        found = answers.get((mode, model, dataset, length, int(accumulation), int(devices)))
         if found is not None:
             chosen = found["pick"]  # None: disturbed, no point is named
             pick = None if chosen is None else (chosen["batch_size"], chosen["num_workers"])
@@ -95,8 +103,8 @@ def _verdict_marks(answer: Mapping[str, Any], eliminated: Mapping[tuple, int]):
                 handles.append(Line2D([], [], marker="*", color="black", linestyle="none",
                                       label=f"pick ({verdict})"))  # fmt: skip
         dropped = [
-            (b, w) for (m, mo, b, a, w) in eliminated
-            if (m, mo, a) == (mode, model, int(accumulation)) and (b, w) in at
+            (b, w) for (m, mo, s, b, a, w) in eliminated
+            if (m, mo, s, a) == (mode, model, length, int(accumulation)) and (b, w) in at
         ]  # fmt: skip
         if dropped:
             ax.scatter([b for b, _ in dropped], [at[p] for p in dropped], marker="x", s=80,

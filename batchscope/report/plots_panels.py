@@ -19,8 +19,9 @@ from batchscope.report.figures import batch_axis
 
 #: A panel shows one mode x model (x dataset, which is a single one per model in a usual sweep).
 #: One panel per distinct value of these; a sweep with several ``accumulation_steps`` (a
-#: training axis) gets a panel per value, so micro-batch sizes stay on one x axis.
-PANEL_KEYS = ["mode", "model", "dataset", "accumulation_steps", "devices"]
+#: training axis) gets a panel per value, so micro-batch sizes stay on one x axis; so does each
+#: sequence length of token data (empty for images) and each devices value.
+PANEL_KEYS = ["mode", "model", "dataset", "sequence_length", "accumulation_steps", "devices"]
 
 #: How a failed grid point is drawn; ``label`` is the text shown on the axis and in the legend.
 FAILED_STYLE = {
@@ -36,8 +37,10 @@ NO_TRAIN_RUNS = "no training runs in this sweep"
 
 def panel_title(key: Sequence) -> str:
     """The title of the panel of one PANEL_KEYS value."""
-    mode, model, dataset, accumulation, devices = key
+    mode, model, dataset, sequence_length, accumulation, devices = key
     title = f"{mode} / {model} ({dataset})"
+    if not pd.isna(sequence_length):
+        title += f", sequences of {int(sequence_length)}"
     if devices != 1:
         title += f" on {int(devices)} devices (batch size per device)"
     if accumulation != 1:
@@ -57,7 +60,10 @@ def select(frame: pd.DataFrame, key: Sequence) -> pd.DataFrame:
     """Rows of ``frame`` whose PANEL_KEYS equal ``key``."""
     mask = pd.Series(True, index=frame.index)
     for column, value in zip(PANEL_KEYS, key, strict=True):
-        mask &= frame[column] == value
+        if pd.isna(value):  # an image sweep's empty sequence length
+            mask &= frame[column].isna()
+        else:
+            mask &= (frame[column] == value).fillna(False).astype(bool)
     return frame[mask]
 
 

@@ -72,7 +72,7 @@ from batchscope.report.recommend_text import notes, sentence
 #: One recommendation per distinct value of these (dataset is one per model in a usual sweep):
 #: with several ``accumulation_steps`` (a training axis) each value gets its own, as a plot gets
 #: its own panel.
-GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps", "devices"]
+GROUP_KEYS = ["mode", "model", "dataset", "sequence_length", "accumulation_steps", "devices"]
 
 
 def recommend(
@@ -81,9 +81,11 @@ def recommend(
     document: str = "convergence.html",
     answer: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One recommendation dict per mode x model (x dataset), sorted by those keys.
+    """One recommendation dict per mode x model (x dataset x sequence length x accumulation),
+    sorted by those keys.
 
-    Keys: mode, model, dataset, devices, n_runs, n_ok; best and runner_up (pooled configuration
+    Keys: mode, model, dataset, sequence_length (token data; else None), devices, n_runs,
+    n_ok; best and runner_up (pooled configuration
     dicts: batch_size, num_workers, samples_per_s (mean over ok runs), samples_per_s_min/_max,
     samples_per_s_ci95_low/_high (two or more runs), samples_per_s_median with its
     samples_per_s_median_ci95_low/_high, samples_per_s_cv, n_rounds, samples_per_s_iqr
@@ -120,13 +122,20 @@ def recommend(
             config.default("sweep.foreign_cpu_limit"),
         )
     answers = {
-        (a["mode"], a["model"], a.get("dataset"), a["accumulation_steps"], a.get("devices", 1)): a
+        (
+            a["mode"],
+            a["model"],
+            a.get("dataset"),
+            a.get("sequence_length"),
+            a["accumulation_steps"],
+            a.get("devices", 1),
+        ): a
         for a in answer["answers"]
     }
-    recs = [
-        _recommend_group(key, rows, answers.get((*key[:3], int(key[3]), int(key[4]))))
-        for key, rows in frame.groupby(GROUP_KEYS, sort=True, dropna=False)
-    ]
+    recs = []
+    for key, rows in frame.groupby(GROUP_KEYS, sort=True, dropna=False):
+        key = (*key[:3], None if pd.isna(key[3]) else int(key[3]), int(key[4]), int(key[5]))
+        recs.append(_recommend_group(key, rows, answers.get(key)))
     groups = {
         (g["mode"], g["model"], g["dataset"], g.get("accumulation_steps", 1)): g
         for g in (convergence or {}).get("groups", [])
@@ -141,7 +150,7 @@ def recommend(
 
 def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> dict[str, Any]:
     """The recommendation of one GROUP_KEYS value (see ``recommend`` for its keys)."""
-    mode, model, dataset, accumulation, n_devices = key
+    mode, model, dataset, sequence_length, accumulation, n_devices = key
     points = pooled_points(rows)
     best = runner_up = None
     if len(points) and answer is not None and answer["pick"] is not None:
@@ -156,6 +165,7 @@ def _recommend_group(key: tuple, rows: pd.DataFrame, answer: Mapping | None) -> 
         "mode": mode,
         "model": model,
         "dataset": dataset,
+        "sequence_length": sequence_length,
         "accumulation_steps": int(accumulation),
         "n_devices": int(n_devices),
         "devices": sorted({str(d) for d in rows.get("device", pd.Series()).dropna()}),

@@ -81,6 +81,8 @@ def _evidence_table(rec: Mapping[str, Any]) -> pd.DataFrame:
 
 def _title(rec: Mapping[str, Any]) -> str:
     title = f"{rec['mode']} / {rec['model']} ({rec['dataset']})"
+    if rec.get("sequence_length") is not None:
+        title += f", sequences of {rec['sequence_length']} tokens"
     if rec["accumulation_steps"] != 1:
         steps = rec["accumulation_steps"]
         title += f", {steps} accumulation steps (effective batch = batch_size × {steps})"

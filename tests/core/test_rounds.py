@@ -34,14 +34,14 @@ def _runs(medians: dict, n: int, cv: float, seed: int = 0) -> dict:
     return {p: list(m * np.exp(rng.normal(0, cv, n))) for p, m in medians.items()}
 
 
-POINTS = {("train", "m", b, 1, 0, 1): m for b, m in ((32, 1000.0), (64, 980.0), (256, 400.0))}
+POINTS = {("train", "m", None, b, 1, 0, 1): m for b, m in ((32, 1000.0), (64, 980.0), (256, 400.0))}
 
 
 def test_a_race_drops_a_clearly_slower_point_and_keeps_the_close_ones():
     values = _runs(POINTS, 4, 0.05)
     going_on, dropped = decision.decide_round(values, strategy="race", level=0.05, looks=2)
-    assert dropped == [("train", "m", 256, 1, 0, 1)]
-    assert going_on == [("train", "m", 32, 1, 0, 1), ("train", "m", 64, 1, 0, 1)]
+    assert dropped == [("train", "m", None, 256, 1, 0, 1)]
+    assert going_on == [("train", "m", None, 32, 1, 0, 1), ("train", "m", None, 64, 1, 0, 1)]
 
 
 def test_full_keeps_every_point_and_one_round_eliminates_nothing():
@@ -54,13 +54,14 @@ def test_full_keeps_every_point_and_one_round_eliminates_nothing():
 
 def test_a_group_with_one_point_left_is_decided_and_groups_are_raced_apart():
     values = _runs(POINTS, 5, 0.01)
-    infer = {("infer", "m", 32, 1, 0, 1): 500.0, ("infer", "m", 64, 1, 0, 1): 505.0}
-    values |= _runs(infer, 5, 0.1)
-    del values[("train", "m", 64, 1, 0, 1)]
+    values |= _runs(
+        {("infer", "m", None, 32, 1, 0, 1): 500.0, ("infer", "m", None, 64, 1, 0, 1): 505.0}, 5, 0.1
+    )
+    del values[("train", "m", None, 64, 1, 0, 1)]
     going_on, dropped = decision.decide_round(values, strategy="race", level=0.05, looks=1)
-    assert dropped == [("train", "m", 256, 1, 0, 1)]
+    assert dropped == [("train", "m", None, 256, 1, 0, 1)]
     # train: batch 32 alone is left, so train is decided; infer's two points stay tied
-    assert going_on == [("infer", "m", 32, 1, 0, 1), ("infer", "m", 64, 1, 0, 1)]
+    assert going_on == [("infer", "m", None, 32, 1, 0, 1), ("infer", "m", None, 64, 1, 0, 1)]
 
 
 def _result(tmp_path, name, point, samples_per_s, status="ok"):
@@ -71,12 +72,12 @@ def _result(tmp_path, name, point, samples_per_s, status="ok"):
 
 
 def test_the_decision_file_carries_earlier_eliminations_and_only_ok_runs_count(tmp_path):
-    fast, slow, broken = (("train", "m", b, 1, 0, 1) for b in (32, 256, 512))
+    fast, slow, broken = (("train", "m", None, b, 1, 0, 1) for b in (32, 256, 512))
     paths = [_result(tmp_path, f"f{i}", fast, 1000.0 + i) for i in range(3)]
     paths += [_result(tmp_path, f"s{i}", slow, 500.0 + i) for i in range(3)]
     paths += [_result(tmp_path, f"b{i}", broken, None, "oom") for i in range(3)]
     previous = tmp_path / "round1.json"
-    earlier = {**rounds.as_dict(("train", "m", 8, 1, 0, 1)), "eliminated_at_round": 1}
+    earlier = {**rounds.as_dict(("train", "m", None, 8, 1, 0, 1)), "eliminated_at_round": 1}
     previous.write_text(json.dumps({"eliminated": [earlier]}))
     out = tmp_path / "round2.json"
     decision.main(

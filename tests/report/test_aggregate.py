@@ -374,6 +374,7 @@ def test_missing_result_is_an_error_unless_allowed(tmp_path):
             "mode": "train",
             "model": "small_cnn",
             "dataset": "cifar10",
+            "sequence_length": None,
             "batch_size": 64,
             "accumulation_steps": 1,
             "num_workers": 0,
@@ -407,6 +408,7 @@ def test_grid_point_of_a_path_follows_the_workflow_naming():
         "devices": 1,
         "seed": 3,
         "round": 2,
+        "sequence_length": None,
     }
     # a result from before rounds existed was the only round
     old = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3.json")

@@ -103,11 +103,11 @@ def test_the_race_leaves_loaded_runs_out_and_remeasures_a_point_that_has_no_othe
         )
         paths.append(str(path))
     values, loaded = decide.throughputs(paths, LIMIT)
-    assert values[("infer", "small_cnn", 16, 1, 0, 1)] == [] and loaded == {
-        ("infer", "small_cnn", 16, 1, 0, 1)
+    assert values[("infer", "small_cnn", None, 16, 1, 0, 1)] == [] and loaded == {
+        ("infer", "small_cnn", None, 16, 1, 0, 1)
     }
     going_on, _ = decide.decide_round(values, strategy="full", level=0.05, looks=2, loaded=loaded)
-    assert ("infer", "small_cnn", 16, 1, 0, 1) in going_on  # measured again, undisturbed
+    assert ("infer", "small_cnn", None, 16, 1, 0, 1) in going_on  # measured again, undisturbed
 
 
 def test_the_recommendation_names_no_point_and_the_files_to_redo():

@@ -6,7 +6,7 @@ import shlex
 
 from snakemake.settings.types import DeploymentMethod
 
-from batchscope.core import paths, prediction, results, rounds, spec
+from batchscope.core import datasets, paths, prediction, results, rounds, spec
 from batchscope.core.config import (
     ConfigError,
     check,
@@ -83,6 +83,7 @@ wildcard_constraints:
     devices_tag=paths.DEVICES_TAG,
     seed=r"\d+",
     round=r"[1-9]\d*",
+    sequence_length=r"[1-9]\d*",
     dataset="fashion_mnist|cifar10|imagefolder",
 
 
@@ -94,7 +95,9 @@ resource_scopes:
 
 
 DATASET = config["dataset"]["name"]
-RUN = paths.RUN
+# token data sweeps sequence_lengths too, and only its paths carry it (docs/results.md)
+TOKENS = datasets.is_tokens(DATASET)
+RUN = paths.run_pattern(TOKENS)
 CEILING = paths.CEILING
 PLOTS = [
     "throughput",
@@ -103,7 +106,7 @@ PLOTS = [
     "breakdown",
     "loss_curves",
     "val_accuracy",
-]
+] + (["memory_tokens"] if TOKENS else [])
 
 
 AUTO = config["batch_sizes"] == "auto"
@@ -125,12 +128,19 @@ def accumulation_steps(mode):
     return config["train"]["accumulation_steps"] if mode == "train" else [1]
 
 
+def sequence_lengths():
+    """The sequence lengths of token data; images have none (one None, not an axis)."""
+    return config["sequence_lengths"] if TOKENS else [None]
+
+
 def grid_points():
-    """Every point of the grid: mode x model x batch size x accumulation x workers x devices."""
+    """Every point of the grid: mode x model x sequence length x batch size x accumulation x
+    workers x devices (rounds.POINT_KEYS)."""
     return [
-        (mode, model, int(b), int(a), int(w), int(d))
+        (mode, model, s, int(b), int(a), int(w), int(d))
         for mode in config["modes"]
         for model in MODEL_NAMES
+        for s in sequence_lengths()
         for b in batch_sizes(mode, model)
         for a in accumulation_steps(mode)
         for w in config["num_workers"]
@@ -171,6 +181,7 @@ def wildcard_point(wildcards):
     return (
         wildcards.mode,
         wildcards.model,
+        int(wildcards.sequence_length) if TOKENS else None,
         int(wildcards.batch_size),
         int(wildcards.accumulation_steps),
         int(wildcards.num_workers),
@@ -218,7 +229,8 @@ def round_files(wildcards=None):
 
 
 def ceiling_wanted():
-    return config["measure"]["ceiling"] and DATASET != "synthetic"
+    # token data is made or tokenized in memory: no input pipeline to compare with
+    return config["measure"]["ceiling"] and DATASET != "synthetic" and not TOKENS
 
 
 def ceiling_results(wildcards=None):
@@ -402,8 +414,8 @@ def plot_dir(wildcards, output):
 
 def dataset_dir():
     """The prepared dataset folder, or nothing for synthetic data (made in each job) and the
-    user's own Datasets (built by each job from their factory)."""
-    if DATASET in ("synthetic", "python"):
+    user's own Datasets (built by each job from their factory) and token data."""
+    if DATASET in ("synthetic", "python") or TOKENS:
         return []
     return paths.DATASET_DIR.format(dataset=DATASET)
 
@@ -443,6 +455,7 @@ def bench_spec_text(wildcards):
         round=wildcards.round,
         short=short_run(wildcards),
         devices=paths.devices_of(wildcards.devices_tag),
+        sequence_length=wildcards.sequence_length if TOKENS else None,
     ).to_json()
 
 

@@ -8,6 +8,10 @@ from batchscope.core import models as model_entries
 
 try:
     MODEL_SPECS = model_entries.parse_all(config["models"], CONFIG_DIRS)
+    # a train.loss of file.py:function is looked up the same way
+    config["train"]["loss"] = model_entries.resolve_loss(
+        config["train"]["loss"], CONFIG_DIRS
+    )
 except model_entries.ModelEntryError as error:
     sys.exit(f"batchscope: {error}")
 # The entries with their paths absolute: every spec built from the config finds the same files.

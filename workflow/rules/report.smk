@@ -29,6 +29,18 @@ rule plots:
         answer="results/recommendation.json",
         rounds=round_files,
     output:
+        **(
+            {
+                "memory_tokens": report(
+                    "results/plots/memory_tokens.png",
+                    caption="../report/memory_tokens.rst",
+                    category="Memory",
+                    labels={"figure": "peak memory vs tokens per step"},
+                )
+            }
+            if TOKENS
+            else {}
+        ),
         throughput=report(
             "results/plots/throughput.png",
             caption="../report/throughput.rst",
@@ -65,6 +77,7 @@ rule plots:
             category="Training",
             labels={"figure": "validation accuracy"},
         ),
+        # token data only: peak memory vs batch x sequence length
     log:
         "logs/plots.log",
     benchmark:

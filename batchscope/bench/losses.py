@@ -1,0 +1,120 @@
+"""The training loss (``train.loss``): the model's own, Hugging Face style, or one computed
+from its output.
+
+- ``auto``: a model whose ``forward`` takes ``labels`` is called with them, and the ``loss`` it
+  returns is used; a model that returns none (or takes no labels) gets ``cross_entropy``;
+- ``model``: the model's own loss, required (one line when it returns none);
+- ``cross_entropy``: over the logits' last dimension; a sequence output (``B x L x V``) against
+  its input ids (``B x L``, a language model's labels) is next-token prediction, Hugging Face
+  style: position t is scored against id t + 1, one term per position;
+- ``mse``: mean squared error; class-id targets are compared as one-hot vectors;
+- ``file.py:function``: ``function(output, target)`` returns the loss (averaged over the batch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from batchscope.bench.models import logits_of
+
+#: The losses named in the config; anything else is ``file.py:function``.
+NAMED = ("auto", "cross_entropy", "mse", "model")
+
+
+class LossError(ValueError):
+    """A loss the run cannot compute; the message is one line naming ``train.loss``."""
+
+
+def next_token(logits: torch.Tensor, target: torch.Tensor):
+    """A language model's predictions and the ids they predict: position t against id t + 1
+    (labels are the input ids, shifted here as Hugging Face models shift them)."""
+    return logits[:, :-1].flatten(0, -2), target[:, 1:].flatten()
+
+
+def cross_entropy(output, target: torch.Tensor) -> torch.Tensor:
+    logits = logits_of(output)
+    if logits.dim() > 2:  # one prediction per position: the next id
+        predicted, ids = next_token(logits, target)
+        return F.cross_entropy(predicted.float(), ids)
+    return F.cross_entropy(logits, target)
+
+
+def mse(output, target: torch.Tensor) -> torch.Tensor:
+    prediction = logits_of(output)
+    if not target.is_floating_point() and target.dim() == prediction.dim() - 1:
+        target = F.one_hot(target, prediction.shape[-1])
+    return F.mse_loss(prediction.float(), target.float())
+
+
+def _from_file(text: str) -> Callable:
+    where, _, name = text.rpartition(":")
+    if not os.path.isfile(where):
+        raise LossError(f"train.loss: file {where} not found")
+    spec = importlib.util.spec_from_file_location("batchscope_loss", where)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise LossError(
+            f"train.loss: importing {where} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise LossError(f"train.loss: {where} has no function {name!r}")
+    return function
+
+
+def output_loss(choice: str) -> Callable:
+    """``loss(output, target)`` computed from the model's output: the loss named, or for
+    ``auto`` and ``model`` (whose own loss needs the labels passed in) cross-entropy."""
+    if choice == "mse":
+        return mse
+    if choice in NAMED:
+        return cross_entropy
+    return _from_file(choice)
+
+
+def takes_labels(model: torch.nn.Module) -> bool:
+    """Whether ``model.forward`` takes ``labels`` (Hugging Face style); a compiled module is
+    asked of the module it wraps."""
+    module = getattr(model, "_orig_mod", model)
+    try:
+        return "labels" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def own_loss(output) -> torch.Tensor | None:
+    """The loss a model returned with its output (an attribute or a ``loss`` key), if any."""
+    if isinstance(output, dict):
+        return output.get("loss")
+    return getattr(output, "loss", None)
+
+
+def forward_loss(model: torch.nn.Module, choice: str) -> Callable:
+    """``loss(x, y)``: a forward pass of ``model`` on ``x`` and its loss against ``y``, by
+    ``train.loss`` (``choice``)."""
+    from_output = output_loss(choice)
+    if choice not in ("auto", "model"):
+        return lambda x, y: from_output(model(x), y)
+    labels = takes_labels(model)
+
+    def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        output = model(x, labels=y) if labels else model(x)
+        own = own_loss(output)
+        if own is not None:
+            return own
+        if choice == "model":
+            raise LossError(
+                "train.loss: model, but the model returned no loss"
+                + ("" if labels else " (its forward takes no labels)")
+            )
+        return from_output(output, y)
+
+    return loss
