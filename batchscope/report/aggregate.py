@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from batchscope.core import results, rounds, verdict
@@ -454,16 +455,23 @@ def add_scaling_efficiency(summary: pd.DataFrame) -> pd.DataFrame:
     summary = with_grid_defaults(summary)
     ok = summary[(summary["status"] == "ok") & pd.to_numeric(summary["samples_per_s"]).notna()]
     keys = [k for k in POINT_KEYS if k != "devices"]
-    medians = ok.groupby([*keys, "devices"], dropna=False)["samples_per_s"].median()
-    one = medians.xs(1, level="devices") if 1 in medians.index.get_level_values("devices") else {}
+
+    def point(row) -> tuple:  # an empty sequence length (images) as None, which equals itself
+        return tuple(None if pd.isna(row[k]) else row[k] for k in keys)
+
+    throughputs: dict[tuple, list[float]] = {}
+    for _, row in ok.iterrows():
+        throughputs.setdefault((point(row), int(row["devices"])), []).append(
+            float(row["samples_per_s"])
+        )
+    medians = {key: float(np.median(values)) for key, values in throughputs.items()}
 
     def efficiency(row: pd.Series) -> float:
-        point = tuple(row[k] for k in keys)
-        own = medians.get((*point, row["devices"]))
-        base = one.get(point) if len(one) else None
-        if own is None or base is None or pd.isna(base) or not base:
+        own = medians.get((point(row), int(row["devices"])))
+        base = medians.get((point(row), 1))
+        if own is None or not base:
             return math.nan
-        return float(own) / (int(row["devices"]) * float(base))
+        return own / (int(row["devices"]) * base)
 
     values = summary.apply(efficiency, axis=1) if len(summary) else pd.Series(dtype=float)
     return summary.assign(scaling_efficiency=pd.to_numeric(values, errors="coerce"))

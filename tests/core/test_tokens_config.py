@@ -92,8 +92,8 @@ def test_token_paths_carry_the_sequence_length_and_image_paths_stay_as_they_were
     assert image == "results/runs/train/g/bs8_acc2_nw1_seed3_round2.json"
     token = f"{paths.run_stem(**grid, sequence_length=128)}.json"
     assert token == "results/runs/train/g/seq128_bs8_acc2_nw1_seed3_round2.json"
-    assert paths.grid_of_path(token) == {**grid, "sequence_length": 128}
-    assert paths.grid_of_path(image) == {**grid, "sequence_length": None}
+    assert paths.grid_of_path(token) == {**grid, "sequence_length": 128, "devices": 1}
+    assert paths.grid_of_path(image) == {**grid, "sequence_length": None, "devices": 1}
 
 
 def test_points_of_different_sequence_lengths_are_apart_and_in_different_groups():
