@@ -103,8 +103,9 @@ def _verdict_marks(answer: Mapping[str, Any], eliminated: Mapping[tuple, int]):
                 handles.append(Line2D([], [], marker="*", color="black", linestyle="none",
                                       label=f"pick ({verdict})"))  # fmt: skip
         dropped = [
-            (b, w) for (m, mo, s, b, a, w) in eliminated
-            if (m, mo, s, a) == (mode, model, length, int(accumulation)) and (b, w) in at
+            (b, w) for (m, mo, s, b, a, w, d) in eliminated
+            if (m, mo, s, a, d) == (mode, model, length, int(accumulation), int(devices))
+            and (b, w) in at
         ]  # fmt: skip
         if dropped:
             ax.scatter([b for b, _ in dropped], [at[p] for p in dropped], marker="x", s=80,

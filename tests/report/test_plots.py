@@ -454,7 +454,7 @@ def test_the_throughput_figure_marks_the_pick_its_tie_set_and_the_eliminated_poi
             }
         ]
     }
-    eliminated = {("train", "small_cnn", None, 7, 1, 0): 2}
+    eliminated = {("train", "small_cnn", None, 7, 1, 0, 1): 2}
     fig = plots_lines.throughput_figure(summary, answer, eliminated)
     (ax,) = [a for a in fig.axes if a.get_title().startswith("train")]
     offsets = {c.get_gid(): c.get_offsets().tolist() for c in ax.collections if c.get_gid()}

@@ -18,12 +18,12 @@ rule download_dataset:
 
 
 # dataset: python: the factory's file is found now, in the config file's folder first, then the
-# working directory (as a model factory's: MODEL_DIRS), and made absolute, so that every spec
+# working directory (as a model factory's: CONFIG_DIRS), and made absolute, so that every spec
 # built from the config hashes the same file (an edit to it reruns the jobs).
 if DATASET == "python":
     try:
         config["dataset"]["factory"] = spec.python_dataset_spec(
-            config["dataset"], MODEL_DIRS
+            config["dataset"], CONFIG_DIRS
         ).factory
     except model_entries.ModelEntryError as error:
         sys.exit(f"batchscope: {error}")
