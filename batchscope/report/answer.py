@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonschema
@@ -49,6 +49,22 @@ def _point_rows(by_point: pd.DataFrame) -> dict[tuple, dict[str, Any]]:
             "peak_mem_mb": None if pd.isna(memory) else float(memory),
         }
     return rows
+
+
+def by_group(answer: Mapping[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """The answers of ``recommendation.json`` by their GROUP_KEYS value (an image answer's
+    sequence length None; an answer from before the devices axis on one device)."""
+    return {
+        (
+            a["mode"],
+            a["model"],
+            a.get("dataset"),
+            a.get("sequence_length"),
+            a["accumulation_steps"],
+            a.get("devices", 1),
+        ): a
+        for a in answer["answers"]
+    }
 
 
 def _int(value: Any) -> int | None:

@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 
 from batchscope.core.stats import mean_ci
 from batchscope.report import aggregate
+from batchscope.report import answer as answer_module
 from batchscope.report.figures import placeholder_figure, subplots
 from batchscope.report.plots_panels import (
     NO_RUNS,
@@ -67,17 +68,7 @@ def throughput_figure(
 
 def _verdict_marks(answer: Mapping[str, Any], eliminated: Mapping[tuple, int]):
     """A function that draws, on one panel, the pick, its tie set and the eliminated points."""
-    answers = {
-        (
-            a["mode"],
-            a["model"],
-            a.get("dataset"),
-            a.get("sequence_length"),
-            a["accumulation_steps"],
-            a.get("devices", 1),
-        ): a
-        for a in answer["answers"]
-    }
+    answers = answer_module.by_group(answer)
 
     def draw(ax, key: tuple, points: pd.DataFrame, y: str) -> list[Line2D]:
         mode, model, dataset, sequence_length, accumulation, devices = key

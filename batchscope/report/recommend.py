@@ -121,17 +121,7 @@ def recommend(
             config.default("sweep.level"),
             config.default("sweep.foreign_cpu_limit"),
         )
-    answers = {
-        (
-            a["mode"],
-            a["model"],
-            a.get("dataset"),
-            a.get("sequence_length"),
-            a["accumulation_steps"],
-            a.get("devices", 1),
-        ): a
-        for a in answer["answers"]
-    }
+    answers = answer_module.by_group(answer)
     recs = []
     for key, rows in frame.groupby(GROUP_KEYS, sort=True, dropna=False):
         key = (*key[:3], None if pd.isna(key[3]) else int(key[3]), int(key[4]), int(key[5]))
