@@ -97,24 +97,7 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
             f"model entry {entry.name}: its output has shape {tuple(output.shape)} for one"
             f" sample; training on {data['dataset']} needs (1, {classes}) logits, one per class"
         )
-    try:
-        flops = count_flops(entry, build, shape, train=False).per_sample
-    except Exception:  # a figure for the reader only: the benchmark job counts its own
-        flops = None
-    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
-    return {
-        "name": entry.name,
-        **{k: v for k, v in models.result_fields(entry, model).items() if k != "model_kwargs"},
-        "model_kwargs": entry.kwargs,
-        "weights": entry.weights,
-        "flops_per_sample_infer": flops,
-        "input_shape": list(shape),
-        "input_dtype": "float32",
-        "dataset": data["dataset"],
-        "output_shape": list(output.shape),
-        "parameter_dtypes": dtypes,
-        **facts,
-    }
+    return _record(entry, model, build, shape, torch.float32, data["dataset"], output, **facts)
 
 
 def python_input(spec: dict[str, Any]):
@@ -200,24 +183,34 @@ def check_tokens(entry: ModelSpec, data: dict[str, Any], train: bool) -> dict[st
             f"model entry {entry.name}: a forward pass on one sequence of {length} token ids"
             f" ({data['dataset']}) raised {type(exc).__name__}: {' '.join(str(exc).split())}"
         ) from exc
+    extra = {"vocab_size": vocab, "max_positions": longest}
+    return _record(entry, model, build, (length,), torch.long, data["dataset"], output, **extra)
+
+
+def _record(entry: ModelSpec, model, build, shape, dtype, dataset: str, output, **extra) -> dict:
+    """What a model check writes: the entry, the model's parameters and dtypes, its FLOPs per
+    sample of ``shape`` and ``dtype`` (None where they cannot be counted: a figure for the
+    reader only, the benchmark job counts its own), the input fed and the output it gave."""
+    from batchscope.bench import models
+
     try:
-        flops = count_flops(entry, build, (length,), train=False, dtype=torch.long).per_sample
-    except Exception:  # a figure for the reader only: the benchmark job counts its own
+        flops = count_flops(entry, build, tuple(shape), train=False, dtype=dtype).per_sample
+    except Exception:
         flops = None
-    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
     return {
         "name": entry.name,
         **{k: v for k, v in models.result_fields(entry, model).items() if k != "model_kwargs"},
         "model_kwargs": entry.kwargs,
         "weights": entry.weights,
         "flops_per_sample_infer": flops,
-        "input_shape": [length],
-        "input_dtype": "int64",
-        "dataset": data["dataset"],
-        "vocab_size": vocab,
-        "max_positions": longest,
+        "input_shape": list(shape),
+        "input_dtype": str(dtype).removeprefix("torch."),
+        "dataset": dataset,
         "output_shape": list(output.shape),
-        "parameter_dtypes": dtypes,
+        "parameter_dtypes": sorted(
+            {str(p.dtype).removeprefix("torch.") for p in model.parameters()}
+        ),
+        **extra,
     }
 
 
