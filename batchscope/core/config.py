@@ -149,13 +149,15 @@ def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
                 f" (allowed here: {', '.join(allowed)})"
             )
         raise ConfigError(f"config key {key_path(path)}: {_message(error)}")
-    _check_semantics(config)
-    _check_devices(with_defaults(config, schema))
-    _check_against_data(with_defaults(config, schema))
+    full = with_defaults(config, schema)
+    _check_semantics(full)
+    _check_devices(full)
+    _check_against_data(full)
 
 
 def _check_semantics(config: Mapping[str, Any]) -> None:
-    dataset = config.get("dataset", {})
+    """Rules between keys (``config`` has its defaults, so none is restated here)."""
+    dataset = config["dataset"]
     name = dataset.get("name")
     if name in ("imagefolder", "text"):
         path = dataset.get("path")
@@ -187,8 +189,8 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
     _check_pipeline(dataset)
     _check_python(config)
     _check_token_models(config)
-    train = config.get("train", {})
-    if train.get("lr_scaling", "none") != "none" and train.get("base_batch_size") is None:
+    train = config["train"]
+    if train["lr_scaling"] != "none" and train.get("base_batch_size") is None:
         raise ConfigError("config key train.base_batch_size: required when train.lr_scaling is set")
     if train.get("lr_warmup_epochs") is not None and train.get("lr_warmup_steps"):
         raise ConfigError(
@@ -207,7 +209,7 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             "config key train.predict: needs train.target_accuracy or train.target_loss (it "
             "predicts the steps to a target)"
         )
-    warmup = config.get("measure", {}).get("warmup_steps", 5)
+    warmup = config["measure"]["warmup_steps"]
     for mode in ("train", "infer"):
         cap = config.get(mode, {}).get("max_steps")
         if cap is not None and cap <= warmup:
@@ -215,13 +217,12 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                 f"config key {mode}.max_steps: {cap} leaves no step to measure after "
                 f"measure.warmup_steps={warmup}"
             )
-    if train.get("predict") and train.get("predict_steps", 60) <= warmup:
+    if train["predict"] and train["predict_steps"] <= warmup:
         raise ConfigError(
-            f"config key train.predict_steps: {train.get('predict_steps', 60)} leaves no step "
+            f"config key train.predict_steps: {train['predict_steps']} leaves no step "
             f"to measure after measure.warmup_steps={warmup}"
         )
-    train = config.get("train", {})
-    if train.get("validate") is False:
+    if train["validate"] is False:
         for key in ("target_accuracy", "target_loss", "eval_every_samples"):
             if train.get(key) is not None:
                 raise ConfigError(
@@ -244,7 +245,7 @@ def _check_pipeline(dataset: Mapping[str, Any]) -> None:
     """An image folder's preprocessing (resize, crop, normalize, decoder): for image folders
     only, giving square images of one size."""
     given = [k for k in ("resize", "crop", "normalize") if dataset.get(k) is not None]
-    if dataset.get("decoder", "pil") != "pil":
+    if dataset["decoder"] != "pil":
         given.append("decoder")
     if not given:
         return
@@ -300,7 +301,7 @@ def _check_token_models(config: Mapping[str, Any]) -> None:
     """Token data for models that read token ids, images for the others: a Hugging Face model
     reads token ids, a built-in, torchvision or timm model images (a factory may read either);
     and no sequence longer than an entry's config allows (the rest is the model check's)."""
-    name = config.get("dataset", {}).get("name", "fashion_mnist")
+    name = config["dataset"]["name"]
     tokens = datasets.is_tokens(name)
     for index, entry in enumerate(config.get("models", [])):
         hf = isinstance(entry, Mapping) and bool(entry.get("hf"))

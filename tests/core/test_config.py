@@ -321,3 +321,38 @@ def test_a_run_larger_than_a_node_must_take_whole_nodes():
         " (a run larger than a node takes whole nodes)"
     )
     check({**config, "devices": [1, 8, 16]}, SCHEMA)  # one node, two whole nodes
+
+
+def _schema_with_default(path: str, value):
+    """The schema with the default of ``path`` (``section.key``) changed to ``value``."""
+    schema = copy.deepcopy(SCHEMA)
+    section, key = path.split(".")
+    node = schema["properties"][section]
+    if "$ref" in node:
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    node["properties"][key]["default"] = value
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("default", "changed", "given", "message"),
+    [
+        ("measure.warmup_steps", 20, {"max_steps": 12}, "measure.warmup_steps=20"),
+        (
+            "train.predict_steps",
+            3,
+            {"predict": True, "target_accuracy": 0.5},
+            "train.predict_steps: 3",
+        ),
+    ],
+)
+def test_the_checks_between_keys_read_the_schemas_defaults_not_copies_of_them(
+    default, changed, given, message
+):
+    """Each default lives in the schema only: change it there, and a rule that reads the key
+    without the user giving it follows (a copy of the old default in the code would not)."""
+    schema = _schema_with_default(default, changed)
+    config = copy.deepcopy(DEFAULT)
+    config.setdefault("train", {}).update(given)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check(config, schema)
