@@ -29,8 +29,14 @@ def _add_sweep(commands) -> None:
         help="a folder of class subfolders of images, or fashion_mnist, cifar10, synthetic",
     )
     sweep.add_argument("--batch-sizes", required=True, help="e.g. 8,16,32, or auto")
-    sweep.add_argument("--workers", default="0,2", help="DataLoader workers, e.g. 0,2")
-    sweep.add_argument("--mode", default="both", choices=["train", "infer", "both"])
+    sweep.add_argument(
+        "--workers", help="DataLoader workers, e.g. 0,2 (left out: the config's default)"
+    )
+    sweep.add_argument(
+        "--mode",
+        choices=["train", "infer", "both"],
+        help="left out: the config's default modes",
+    )
     sweep.add_argument("--image-size", type=int, help="resize images to this many px square")
     sweep.add_argument(
         "--cores", type=int, default=os.cpu_count() or 1, help="cores for the jobs (all)"

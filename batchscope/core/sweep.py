@@ -68,22 +68,25 @@ def sweep_config(
     models: Sequence[str],
     data: str,
     batch_sizes: str,
-    workers: str,
-    mode: str = "both",
+    workers: str | None = None,
+    mode: str | None = None,
     image_size: int | None = None,
 ) -> dict[str, Any]:
-    """The config the arguments mean, checked against the schema and the data."""
-    if mode not in MODES:
+    """The config the arguments mean, checked against the schema and the data; an argument
+    left out (None) leaves its key out, for the schema's default."""
+    if mode is not None and mode not in MODES:
         raise SweepArgumentError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     config = {
         "dataset": dataset_section(data, image_size),
         "models": list(models),
-        "modes": MODES[mode],
         "batch_sizes": (
             "auto" if batch_sizes == "auto" else int_list(batch_sizes, "--batch-sizes", 1)
         ),
-        "num_workers": int_list(workers, "--workers", 0),
     }
+    if mode is not None:
+        config["modes"] = MODES[mode]
+    if workers is not None:
+        config["num_workers"] = int_list(workers, "--workers", 0)
     try:
         config_module.check(config, config_module.load_schema(config_module.SCHEMA_PATH))
     except config_module.ConfigError as exc:

@@ -356,3 +356,16 @@ def test_the_checks_between_keys_read_the_schemas_defaults_not_copies_of_them(
     config.setdefault("train", {}).update(given)
     with pytest.raises(ConfigError, match=re.escape(message)):
         check(config, schema)
+
+
+def test_the_sweep_command_leaves_what_it_is_not_given_to_the_schema(tmp_path):
+    """`batchscope sweep` without --workers or --mode writes no copy of their defaults into the
+    config it saves: the schema's defaults apply, wherever they change."""
+    from batchscope.core import sweep
+
+    config = sweep.sweep_config(models=["small_cnn"], data="synthetic", batch_sizes="8")
+    assert "num_workers" not in config and "modes" not in config
+    given = sweep.sweep_config(
+        models=["small_cnn"], data="synthetic", batch_sizes="8", workers="1", mode="infer"
+    )
+    assert (given["num_workers"], given["modes"]) == ([1], ["infer"])
