@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--level", type=float, required=True)
     parser.add_argument("--order-seed", type=int, required=True)
     parser.add_argument(
-        "--foreign-cpu-limit", type=float, default=1.0, help="sweep.foreign_cpu_limit"
+        "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit"
     )
     parser.add_argument("--previous", nargs="*", default=[], help="the previous decision")
     parser.add_argument("--results", nargs="+", required=True, help="every run so far")
