@@ -186,6 +186,26 @@ def resolve_loss(loss: str, base_dirs: Sequence[str] | None = None) -> str:
         raise ModelEntryError(message) from None
 
 
+def loss_file_sha256(loss: str) -> str | None:
+    """The sha256 of a resolved ``file.py:function`` loss's file (None for the named losses and
+    ``package.module:function``), so that an edit reruns the training jobs that use it."""
+    where = loss.rpartition(":")[0]
+    return sha256_of(where) if loss not in LOSSES and os.path.isfile(where) else None
+
+
+def folder_sha256(folder: str) -> str:
+    """One sha256 over a folder's files (their paths relative to it, and their bytes), so that a
+    changed tokenizer reruns the jobs that read it."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, folder).encode() + b"\0")
+            digest.update(sha256_of(path).encode())
+    return digest.hexdigest()
+
+
 def _plain_source(name: str) -> str:
     return "builtin" if name == SMALL_CNN else "torchvision"
 

@@ -91,6 +91,8 @@ class TokensSpec:
     tokenizer: str | None
     #: text: the file's sha256, so that a changed text reruns the jobs that read it
     sha256: str | None
+    #: text: one sha256 over the tokenizer folder's files (None: UTF-8 bytes), likewise
+    tokenizer_sha256: str | None
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ class TrainSpec:
     weight_decay: float
     #: ``auto``, ``cross_entropy``, ``mse``, ``model`` or ``file.py:function`` (absolute file)
     loss: str
+    #: a ``file.py:function`` loss's file, hashed so that an edit reruns the jobs that use it
+    loss_file_sha256: str | None
     val_batch_size: int
     lr_scaling: str
     base_batch_size: int | None
@@ -323,6 +327,7 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
             path=os.path.abspath(cfg["path"]) if text else None,
             tokenizer=os.path.abspath(tokenizer) if tokenizer else None,
             sha256=models.sha256_of(os.path.abspath(cfg["path"])) if text else None,
+            tokenizer_sha256=models.folder_sha256(tokenizer) if tokenizer else None,
         )
     prepared = name not in ("synthetic", datasets.PYTHON) and tokens is None
     root = paths.DATASET_DIR.format(dataset=name) if prepared else None
@@ -333,7 +338,7 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
             resize=cfg.get("resize"),
             crop=cfg.get("crop"),
             normalize=cfg.get("normalize"),
-            decoder=cfg.get("decoder") or "pil",
+            decoder=cfg["decoder"],
         )
     return DatasetSpec(
         name=name,
@@ -417,7 +422,12 @@ def build(
     train = None
     if mode == "train":
         validate = kind != "ceiling" and config["train"]["validate"]
-        train = _section(TrainSpec, config["train"], validate=validate)
+        train = _section(
+            TrainSpec,
+            config["train"],
+            validate=validate,
+            loss_file_sha256=models.loss_file_sha256(config["train"]["loss"]),
+        )
         if kind == "ceiling":
             train = replace(train, **CEILING_TRAIN_OFF)
     max_steps = config[mode]["max_steps"]

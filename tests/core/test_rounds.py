@@ -82,7 +82,8 @@ def test_the_decision_file_carries_earlier_eliminations_and_only_ok_runs_count(t
     out = tmp_path / "round2.json"
     decision.main(
         ["--round", "2", "--rounds", "3", "--strategy", "race", "--level", "0.05"]
-        + ["--order-seed", "0", "--previous", str(previous), "--results", *paths]
+        + ["--order-seed", "0", "--foreign-cpu-limit", "1.0"]
+        + ["--previous", str(previous), "--results", *paths]
         + ["--output", str(out)]
     )
     written = json.loads(out.read_text())

@@ -107,3 +107,44 @@ def test_points_of_different_sequence_lengths_are_apart_and_in_different_groups(
     # an image result has no sequence length, or an empty one in a table
     assert rounds.point_of(row)[2] is None
     assert rounds.point_of(row | {"sequence_length": float("nan")}) == rounds.point_of(row)
+
+
+def _spec_of(raw: dict, **point):
+    """The run spec of ``raw`` with the schema's defaults, without the checks against the data
+    (the tokenizer folder here is no real tokenizer)."""
+    schema = config_module.load_schema(config_module.SCHEMA_PATH)
+    config = config_module.with_defaults(raw, schema)
+    return spec_module.build(
+        config,
+        kind="bench",
+        batch_size=8,
+        accumulation_steps=1,
+        num_workers=0,
+        seed=0,
+        devices=1,
+        **point,
+    )
+
+
+def test_an_edited_loss_file_or_tokenizer_folder_changes_the_run_spec(tmp_path):
+    """Both are read by the jobs, so an edit must rerun them, like a factory's file."""
+    loss = tmp_path / "my.py"
+    loss.write_text("def focal(outputs, targets):\n    return outputs.sum()\n")
+    raw = {"models": ["small_cnn"], "train": {"loss": f"{loss}:focal"}}
+    before = _spec_of(raw, mode="train", model="small_cnn", sequence_length=None)
+    loss.write_text("def focal(outputs, targets):\n    return outputs.mean()\n")
+    after = _spec_of(raw, mode="train", model="small_cnn", sequence_length=None)
+    assert before.train.loss == after.train.loss and before.sha256() != after.sha256()
+
+    folder = tmp_path / "tok" / "nested"
+    folder.mkdir(parents=True)
+    (folder / "vocab.json").write_text('{"a": 0}')
+    text = tmp_path / "t.txt"
+    text.write_text("a a a a")
+    dataset = {"name": "text", "path": str(text), "tokenizer": str(tmp_path / "tok")}
+    raw = {"dataset": dataset, "models": [GPT2], "sequence_lengths": [2]}
+    first = _spec_of(raw, mode="infer", model="g", sequence_length=2)
+    (folder / "vocab.json").write_text('{"a": 1}')
+    second = _spec_of(raw, mode="infer", model="g", sequence_length=2)
+    assert first.dataset.tokens.tokenizer == second.dataset.tokens.tokenizer
+    assert first.sha256() != second.sha256()
