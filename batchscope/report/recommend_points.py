@@ -44,7 +44,7 @@ NUMERIC_COLUMNS = (
 
 #: How the spread of a point was measured, as the text says it.
 SPREAD_SOURCES = {
-    "ci": "95% CI over seeds",
+    "ci": "95% interval of the mean over runs (seeds and rounds)",
     "window_iqr": "throughput IQR over measurement windows",
     "step_iqr": "step-time IQR",
 }

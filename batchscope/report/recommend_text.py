@@ -361,7 +361,10 @@ def _best_notes(rec: Mapping[str, Any]) -> list[str]:
             f"Caution: {best['n_failed']} other run(s) of the recommended configuration "
             "(other seeds) did not finish ok; see the evidence table."
         )
-    if best["spread_pct"] is not None and best["spread_pct"] > NOISY_PCT:
+    # several runs: the verdict's sentence gives their run-to-run spread; this note is for one
+    # run, whose only spread is inside it (windows, steps)
+    within_one_run = best["spread_source"] in ("window_iqr", "step_iqr")
+    if within_one_run and best["spread_pct"] > NOISY_PCT:
         found.append(
             f"Its spread ({best['spread_pct']:.1f}%, {SPREAD_SOURCES[best['spread_source']]}) "
             f"is over {NOISY_PCT:.0f}%: a noisy measurement; more measured steps or seeds "

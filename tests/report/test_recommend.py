@@ -596,3 +596,11 @@ def test_one_run_per_point_calls_faster_workers_neither_a_help_nor_not_and_says_
         "Whether more workers help is not known: 1 worker: +80.0% samples/s against 0 at batch "
         "32 (one run per point: the run-to-run noise is unknown)"
     )
+
+
+def test_a_point_of_several_runs_has_its_spread_said_once_by_the_verdict_not_over_seeds():
+    # one seed, 3 rounds, 12% apart: the spread is between runs (the verdict's CV), not seeds
+    rec = only(recommend.recommend(pd.DataFrame(rounds(64, 0, 1000.0, spread=0.12))))
+    text = " ".join([rec["recommendation"], *rec["notes"]])
+    assert "run-to-run CV" in text
+    assert "over seeds" not in text and "Its spread" not in text
