@@ -30,7 +30,7 @@ import pandas as pd
 
 from batchscope.core import config, paths, results, verdict
 from batchscope.report import objectives
-from batchscope.report.aggregate import with_grid_defaults
+from batchscope.report.result_files import with_grid_defaults
 
 #: One answer per distinct value of these.
 #: (``sequence_length``: token data, one answer per length; empty for images)
