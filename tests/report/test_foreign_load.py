@@ -5,7 +5,7 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from batchscope.core import results, verdict
+from batchscope.core import recommendation, results, verdict
 from batchscope.report import answer, diagnosis, point_table
 from batchscope.report import rounds as decide
 from tests.factories import fake_result, summary_row
@@ -84,7 +84,7 @@ def test_too_few_undisturbed_runs_and_no_point_is_named():
     assert "batch_size=16, num_workers=0" in found["pick_reason"]
     assert "60%" in found["pick_reason"]  # the worst share seen
     assert sorted(run["round"] for run in found["left_out"]) == [1, 3]
-    schema = verdict.load_schema()
+    schema = recommendation.load_schema()
     jsonschema.validate(
         results.finite_or_null(
             {"schema_version": 1, "level": 0.05, "test": "t", "answers": [found]}
