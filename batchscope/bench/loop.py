@@ -36,24 +36,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from batchscope.bench import energy as energy_meter
-from batchscope.bench import measure
+from batchscope.bench import loop_result, measure
+from batchscope.bench.loop_result import BREAKDOWN, INFER_PHASES, TRAIN_PHASES
 from batchscope.core.spec import RunSpec
-
-#: Phases of a step the step functions time, after waiting for data.
-TRAIN_PHASES = ("h2d", "forward", "backward", "optimizer")
-INFER_PHASES = ("h2d", "forward")
-#: Every column of the per-step breakdown, in step order ("runner" is our own bookkeeping).
-BREAKDOWN = ("runner", "data_wait", *TRAIN_PHASES)
-
-#: A point whose throughput windows spread more than this, (max − min) / median, is flagged
-#: ``noisy``. The range rather than the IQR: with 3 windows the IQR spans half the range and
-#: misses a 1000/909/833 series (an 18% range).
-NOISY_RANGE_FRAC = 0.10
 
 
 class NothingToMeasure(ValueError):
@@ -172,25 +161,6 @@ def planned_steps(spec: RunSpec, steps_per_epoch: int) -> int:
     return planned if spec.max_steps is None else min(planned, spec.max_steps)
 
 
-def window_stats(samples: list[int], seconds: list[float], repeats: int) -> dict:
-    """Split the measured steps into ``repeats`` consecutive windows; median and IQR of their
-    throughputs, and the ``noisy`` flag (None with one window: no spread to judge)."""
-    n = min(repeats, len(samples))
-    rates = [
-        float(np.sum(s) / np.sum(t))
-        for s, t in zip(np.array_split(samples, n), np.array_split(seconds, n), strict=True)
-    ]
-    p25, p50, p75 = np.percentile(rates, [25, 50, 75])
-    spread = (max(rates) - min(rates)) / p50
-    return {
-        "samples_per_s": float(p50),
-        "samples_per_s_iqr": float(p75 - p25),
-        "samples_per_s_windows": rates,
-        "repeats": n,
-        "noisy": bool(spread > NOISY_RANGE_FRAC) if n >= 2 else None,
-    }
-
-
 def _progress(total: int, desc: str):
     from tqdm import tqdm
 
@@ -227,7 +197,7 @@ def _loss_value(loss) -> float | None:
     return float(loss.item()) if isinstance(loss, torch.Tensor) else float(loss)
 
 
-class _Loop:
+class LoopState:
     """The state of one measured loop; :func:`measured_loop` runs it."""
 
     def __init__(self, spec: RunSpec, device: torch.device, planned: int):
@@ -351,64 +321,20 @@ class _Loop:
                 break
         return last_loss
 
-    def result(self, seconds: list[float], last_loss: float | None) -> dict:
-        """The timing summary and status of the finished loop."""
-        measured = [(s, t) for s, t in zip(self.steps, seconds, strict=True)]
-        measured = [(s, t) for s, t in measured if s.phase == "measured"]
-        step_s = [t for _, t in measured]
-        samples = [s.samples for s, _ in measured]
-        measured_s = float(sum(step_s))
-        ok = self.status == "ok" and measured_s > 0
-        stamps = self.stamps
-        first = self.steps[0] if self.steps else None
-        diag = len(self.diagnostic_s)
-        breakdown = ok and diag > 0
-        result = {
-            "status": self.status,
-            "error": self.error,
-            "steps_run": self.step,
-            "warmup_steps": self.measure.warmup_steps,
-            "measured_steps": len(step_s),
-            "measured_samples": int(sum(samples)),
-            "measured_s": measured_s,
-            "diagnostic_steps": diag,
-            "data_wait_frac": (
-                sum(s.data_wait_s for s, _ in measured) / measured_s if measured_s > 0 else None
-            ),
-            "worker_startup_s": (
-                stamps["workers_started"] - stamps["iter_started"] if stamps else None
-            ),
-            "time_to_first_batch_s": (
-                stamps["first_batch"] - stamps["iter_started"] if "first_batch" in stamps else None
-            ),
-            "first_step_s": seconds[0] if seconds else None,
-            # the first step less its wait for data (worker start-up, the first batch)
-            "first_step_compute_s": seconds[0] - first.data_wait_s if seconds else None,
-            "dry_run_peak_mem_mb": self.dry_run_mb,
-            "final_loss": last_loss,
-            "stopped_early": self.stopped_early,
-            **{
-                f"time_{name}_ms": 1000.0 * self.sums[name] / diag
-                if breakdown and name in ("runner", "data_wait", *self.phases)
-                else None
-                for name in BREAKDOWN
-            },
-            "time_other_ms": (
-                1000.0 * (sum(self.diagnostic_s) - sum(self.sums.values())) / diag
-                if breakdown
-                else None
-            ),
-            **measure.step_stats(step_s if ok else []),
-        }
-        if ok:
-            result.update(window_stats(samples, step_s, self.measure.repeats))
-        else:
-            result.update(samples_per_s=None, samples_per_s_iqr=None, repeats=0, noisy=None)
-            result.update(samples_per_s_windows=None)
+    def summary(self, log: StepLog, energy: energy_meter.EnergyMeter) -> dict:
+        """After the loop: the device settled once, the steps CSV's rows, the result."""
+        if self.status == "oom":
+            measure.release_cached_memory(self.device)
+        seconds = self.settle()
+        last_loss = self.write_rows(log, seconds)
+        result = loop_result.timing_result(self, seconds, last_loss)
+        ok = result["samples_per_s"] is not None
+        measured_s = result["measured_s"] if ok else None
+        result.update(energy.fields(measured_s, result["measured_samples"]))
         return result
 
 
-def _run_hook(state: _Loop, hook, args, pauses: list, utilisation) -> tuple[dict, float]:
+def _run_hook(state: LoopState, hook, args, pauses: list, utilisation) -> tuple[dict, float]:
     """Run ``hook(*args)`` off the clock. A hook that did something (returned a dict) leaves a
     pause in ``pauses`` and the workers' refill in ``state``; returns what it returned and the
     host seconds it paused for."""
@@ -455,75 +381,19 @@ def measured_loop(
     ``agree(done)`` (a data-parallel run's) makes every rank end at the same step: the run
     ends when any rank's would (its windows full on its clock, its loss non-finite).
     """
-    planned = planned_steps(spec, len(loader))
-    if planned <= spec.measure.warmup_steps:
-        raise NothingToMeasure(
-            f"batch_size {loader.batch_size} gives {planned} steps, not more than the "
-            f"{spec.measure.warmup_steps} warm-up steps: nothing would be measured"
-        )
-    state = _Loop(spec, device, planned)
+    state = LoopState(spec, device, _measurable_steps(spec, loader))
     energy = energy_meter.meter_for(device) if energy is None else energy
-    cuda = device.type == "cuda"
-    bar = _progress(planned, f"{spec.mode} bs={loader.batch_size} nw={spec.num_workers}")
+    bar = _progress(state.planned, f"{spec.mode} bs={loader.batch_size} nw={spec.num_workers}")
     state.clock.settle()
-    prev, t_prev = state.clock.mark(), time.perf_counter()  # the end of the last step
-    pauses: list = []  # spans off the clock inside the step under way
-    host_paused = 0.0  # their host seconds, from the last step's after-hook
+    last_end = state.clock.mark(), time.perf_counter()  # the end of the last step
     batches = _batches(loader, state.stamps)
     try:
-        while True:
-            phase = state.next_phase()
-            if phase == "measured" and energy.active and not energy.started:
-                state.clock.settle()  # the warm-up's work done before the span opens
-                energy.start()
-            if utilisation is not None:
-                utilisation.active = phase == "measured"
-            t_ready = time.perf_counter()
-            x, y = next(batches)
-            t_data = time.perf_counter()
-            state.stamps.setdefault("first_batch", t_data)
-            extra, before_paused = _run_hook(
-                state, before_step, (state.step + 1, state.samples_seen, x, y), pauses, utilisation
-            )
-            loss = step_fn(x, y, NO_PHASES)
-            if cuda and loss is not None:  # read once its step has ended, never waited for
-                loss = _to_host(loss)
-            end, t_end = state.clock.mark(), time.perf_counter()
-            state.record(
-                _Step(
-                    phase=phase,
-                    samples=x.shape[0],
-                    start=prev,
-                    end=end,
-                    pauses=pauses,
-                    host_s=t_end - t_prev - host_paused - before_paused,
-                    data_wait_s=t_data - t_ready,
-                    loss=loss if cuda else _loss_value(loss),
-                    lr=lr_of() if lr_of else None,
-                    extra=extra,
-                )
-            )
-            prev, t_prev, pauses = end, t_end, []
-            bar.update()
-            state.poll()
-            done = state.status != "ok" or state.finished()
-            if agree is not None:
-                done = agree(done)
-            host_paused = 0.0
-            if not done:
-                extra, host_paused = _run_hook(
-                    state, after_step, (state.step, state.samples_seen, x, y), pauses, utilisation
-                )
-                state.steps[-1].extra.update(extra)
-            if not done and should_stop is not None and should_stop():
-                done = state.stopped_early = True
-            if done:
-                break
-        if energy.started:
-            state.clock.settle()  # the last measured step done before the span closes
-            energy.stop()
-        if utilisation is not None:
-            utilisation.active = False
+        _timed_steps(
+            state, batches, step_fn, last_end, bar, energy, utilisation,
+            lr_of=lr_of, before_step=before_step, after_step=after_step,
+            should_stop=should_stop, agree=agree,
+        )  # fmt: skip
+        _close_span(state, energy, utilisation)
         if _wants_diagnostics(state):
             _diagnostic_steps(state, batches, step_fn, lr_of)
     except Exception as exc:  # noqa: BLE001 - only allocator failures are results
@@ -535,17 +405,103 @@ def measured_loop(
             utilisation.active = False
         batches.close()  # shuts the workers down
         bar.close()
-    if state.status == "oom":
-        measure.release_cached_memory(device)
-    seconds = state.settle()
-    last_loss = state.write_rows(log, seconds)
-    result = state.result(seconds, last_loss)
-    ok = result["samples_per_s"] is not None
-    result.update(energy.fields(result["measured_s"] if ok else None, result["measured_samples"]))
-    return result
+    return state.summary(log, energy)
 
 
-def _wants_diagnostics(state: _Loop) -> bool:
+def _measurable_steps(spec: RunSpec, loader: DataLoader) -> int:
+    """The run's planned steps; raises NothingToMeasure when the warm-up would take them all."""
+    planned = planned_steps(spec, len(loader))
+    if planned <= spec.measure.warmup_steps:
+        raise NothingToMeasure(
+            f"batch_size {loader.batch_size} gives {planned} steps, not more than the "
+            f"{spec.measure.warmup_steps} warm-up steps: nothing would be measured"
+        )
+    return planned
+
+
+def _timed_steps(
+    state: LoopState,
+    batches: Iterator,
+    step_fn: Callable,
+    last_end: tuple,
+    bar,
+    energy: energy_meter.EnergyMeter,
+    utilisation,
+    *,
+    lr_of,
+    before_step,
+    after_step,
+    should_stop,
+    agree,
+) -> None:
+    """The steps on the clock, warm-up included, until the run is done. ``last_end`` is the
+    (device mark, host time) the first step's time runs from. Nothing here waits for the
+    device but the one settle before the energy span opens."""
+    cuda = state.device.type == "cuda"
+    prev, t_prev = last_end
+    pauses: list = []  # spans off the clock inside the step under way
+    host_paused = 0.0  # their host seconds, from the last step's after-hook
+    while True:
+        phase = state.next_phase()
+        if phase == "measured" and energy.active and not energy.started:
+            state.clock.settle()  # the warm-up's work done before the span opens
+            energy.start()
+        if utilisation is not None:
+            utilisation.active = phase == "measured"
+        t_ready = time.perf_counter()
+        x, y = next(batches)
+        t_data = time.perf_counter()
+        state.stamps.setdefault("first_batch", t_data)
+        extra, before_paused = _run_hook(
+            state, before_step, (state.step + 1, state.samples_seen, x, y), pauses, utilisation
+        )
+        loss = step_fn(x, y, NO_PHASES)
+        if cuda and loss is not None:  # read once its step has ended, never waited for
+            loss = _to_host(loss)
+        end, t_end = state.clock.mark(), time.perf_counter()
+        state.record(
+            _Step(
+                phase=phase,
+                samples=x.shape[0],
+                start=prev,
+                end=end,
+                pauses=pauses,
+                host_s=t_end - t_prev - host_paused - before_paused,
+                data_wait_s=t_data - t_ready,
+                loss=loss if cuda else _loss_value(loss),
+                lr=lr_of() if lr_of else None,
+                extra=extra,
+            )
+        )
+        prev, t_prev, pauses = end, t_end, []
+        bar.update()
+        state.poll()
+        done = state.status != "ok" or state.finished()
+        if agree is not None:
+            done = agree(done)
+        host_paused = 0.0
+        if not done:
+            extra, host_paused = _run_hook(
+                state, after_step, (state.step, state.samples_seen, x, y), pauses, utilisation
+            )
+            state.steps[-1].extra.update(extra)
+        if not done and should_stop is not None and should_stop():
+            done = state.stopped_early = True
+        if done:
+            break
+
+
+def _close_span(state: LoopState, energy: energy_meter.EnergyMeter, utilisation) -> None:
+    """After the last measured step: close the energy span (the device settled first, so the
+    step's work is in it) and stop sampling utilisation."""
+    if energy.started:
+        state.clock.settle()  # the last measured step done before the span closes
+        energy.stop()
+    if utilisation is not None:
+        utilisation.active = False
+
+
+def _wants_diagnostics(state: LoopState) -> bool:
     """Diagnostic steps follow a throughput run that ended well: a run towards a target keeps
     its model as trained, and neither a trial of the largest-batch search nor the compute-only
     ceiling (whose input is ready on the device) needs a breakdown."""
@@ -559,7 +515,7 @@ def _wants_diagnostics(state: _Loop) -> bool:
     )
 
 
-def _diagnostic_steps(state: _Loop, batches: Iterator, step_fn: Callable, lr_of) -> None:
+def _diagnostic_steps(state: LoopState, batches: Iterator, step_fn: Callable, lr_of) -> None:
     """``diagnostic_steps`` steps with the device synchronised at each end, their phases timed
     apart (phase ``diagnostic`` in the steps CSV, in no window)."""
     device = state.device

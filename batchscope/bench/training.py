@@ -223,6 +223,26 @@ def _fixed_norm(
     return forward
 
 
+@contextmanager
+def _measuring(model: torch.nn.Module, x: torch.Tensor, chunk: int | None) -> Iterator[None]:
+    """Inside: BatchNorm at the statistics of all of ``x`` (:func:`full_batch_statistics`) and
+    the RNG forked (dropout draws do not shift the training run's random stream); on leaving,
+    the model's buffers (BatchNorm running statistics) are restored, whatever happened."""
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    devices = [] if x.device.type == "cpu" else [x.device]
+    device_type = None if x.device.type == "cpu" else x.device.type
+    try:
+        with (
+            torch.random.fork_rng(devices=devices, device_type=device_type),
+            full_batch_statistics(model, x, chunk),
+        ):
+            yield
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+
+
 def rank_gradient_sq_norms(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -240,19 +260,8 @@ def rank_gradient_sq_norms(
     BatchNorm, buffers and the RNG are handled as in :func:`gradient_sq_norms` (each rank
     normalises with its own batch's statistics, as DDP without SyncBatchNorm does).
     """
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    devices = [] if x.device.type == "cpu" else [x.device]
-    device_type = None if x.device.type == "cpu" else x.device.type
-    try:
-        with (
-            torch.random.fork_rng(devices=devices, device_type=device_type),
-            full_batch_statistics(model, x, chunk),
-        ):
-            g_rank = _mean_grads(model, loss_fn, x, y, chunk)
-    finally:
-        with torch.no_grad():
-            for buffer, saved in buffers:
-                buffer.copy_(saved)
+    with _measuring(model, x, chunk):
+        g_rank = _mean_grads(model, loss_fn, x, y, chunk)
     small = _sq_norm(g_rank)
     g_all = mean_over_ranks([g.detach().clone() for g in g_rank])
     return small, _sq_norm(g_all)
@@ -289,20 +298,9 @@ def gradient_sq_norms(
     """
     batch_big = int(x.shape[0])
     noise_estimates(0.0, 0.0, batch_small, batch_big)  # validates the sizes
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    devices = [] if x.device.type == "cpu" else [x.device]
-    device_type = None if x.device.type == "cpu" else x.device.type
-    try:
-        with (
-            torch.random.fork_rng(devices=devices, device_type=device_type),
-            full_batch_statistics(model, x, chunk),
-        ):
-            g_small = _mean_grads(model, loss_fn, x[:batch_small], y[:batch_small], chunk)
-            g_rest = _mean_grads(model, loss_fn, x[batch_small:], y[batch_small:], chunk)
-    finally:
-        with torch.no_grad():
-            for buffer, saved in buffers:
-                buffer.copy_(saved)
+    with _measuring(model, x, chunk):
+        g_small = _mean_grads(model, loss_fn, x[:batch_small], y[:batch_small], chunk)
+        g_rest = _mean_grads(model, loss_fn, x[batch_small:], y[batch_small:], chunk)
     w_small = batch_small / batch_big
     g_big = [w_small * s + (1 - w_small) * r for s, r in zip(g_small, g_rest, strict=True)]
     return _sq_norm(g_small), _sq_norm(g_big)

@@ -28,9 +28,9 @@ from typing import Any
 import jsonschema
 import pandas as pd
 
-from batchscope.core import config, paths, results, verdict
+from batchscope.core import config, paths, recommendation, results, verdict
 from batchscope.report import objectives
-from batchscope.report.aggregate import with_grid_defaults
+from batchscope.report.result_files import with_grid_defaults
 
 #: One answer per distinct value of these.
 #: (``sequence_length``: token data, one answer per length; empty for images)
@@ -129,7 +129,7 @@ def answers(
         else:
             decision = verdict.decide(clean, level)
         named = dict(zip(GROUP_KEYS, group, strict=True))
-        answer = verdict.to_answer(
+        answer = recommendation.to_answer(
             decision,
             {key: rows[key] for key in everything},
             mode=named["mode"],
@@ -157,8 +157,8 @@ def document(
 ) -> dict[str, Any]:
     """The whole file, checked against its schema."""
     found = answers(summary, by_point, level, foreign_cpu_limit, energy_eta)
-    doc = verdict.to_document(found, level)
-    jsonschema.validate(results.finite_or_null(doc), verdict.load_schema())
+    doc = recommendation.to_document(found, level)
+    jsonschema.validate(results.finite_or_null(doc), recommendation.load_schema())
     return doc
 
 

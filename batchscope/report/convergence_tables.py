@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from batchscope.core.stats import mean_ci
-from batchscope.report.aggregate import with_grid_defaults
 from batchscope.report.convergence_fits import REGIMES, Knee
+from batchscope.report.result_files import with_grid_defaults
 
 #: The quantities to the target, by the summary column that holds each.
 QUANTITIES = {"steps": "steps_to_target", "samples": "samples_to_target"}

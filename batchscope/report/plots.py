@@ -44,7 +44,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from batchscope.core import results
-from batchscope.report import aggregate
+from batchscope.report import result_files
 from batchscope.report.figures import save_png
 from batchscope.report.plots_lines import (
     peak_memory_figure,
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = pd.read_csv(args.summary)
     curves = pd.read_csv(args.curves)
     answer = results.read_json(args.answer) if args.answer else None
-    eliminated = aggregate.read_eliminated(args.rounds)
+    eliminated = result_files.read_eliminated(args.rounds)
     figures = all_figures(summary, curves, read_maxbatch(args.maxbatch), answer, eliminated)
     for name, fig in figures.items():
         save_png(fig, Path(args.outdir) / name)

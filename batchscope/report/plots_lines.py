@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from batchscope.core.stats import mean_ci
-from batchscope.report import aggregate
 from batchscope.report import answer as answer_module
+from batchscope.report import point_table, result_files
 from batchscope.report.figures import placeholder_figure, subplots
 from batchscope.report.plots_panels import (
     NO_RUNS,
@@ -154,7 +154,7 @@ def _metric_figure(
     With ``dodge``, each worker count's line is shifted a little along x (``_dodge_factors``),
     so that equal values side by side do not hide one another.
     """
-    summary = aggregate.with_grid_defaults(summary)
+    summary = result_files.with_grid_defaults(summary)
     grouped = panels(summary, PANEL_KEYS)
     if not grouped:
         return placeholder_figure(empty_message, title)
@@ -207,7 +207,7 @@ def _line_points(rows: pd.DataFrame, y: str, iqr: str | None = None) -> pd.DataF
             lower, upper, spread = mean - low, high - mean, "ci"
         elif iqr and iqr in group and pd.notna(half := pd.to_numeric(group[iqr]).iloc[0] / 2):
             lower, upper, spread = half, half, "iqr"
-        noisy = aggregate.any_noisy(group["noisy"]) if "noisy" in group else None
+        noisy = point_table.any_noisy(group["noisy"]) if "noisy" in group else None
         points.append(
             {
                 "num_workers": int(workers),

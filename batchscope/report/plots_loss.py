@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from batchscope.core.results import GRID_KEYS
-from batchscope.report import aggregate
+from batchscope.report import result_files
 from batchscope.report.documents import sizes_text
 from batchscope.report.figures import placeholder_figure, subplots
 from batchscope.report.plots_panels import (
@@ -73,8 +73,8 @@ def _train_steps(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The training steps with a finite loss, each with its run's status (ok without a
     ``summary``), and the summary's training runs that did not finish ok."""
-    curves = aggregate.with_grid_defaults(curves)
-    summary = None if summary is None else aggregate.with_grid_defaults(summary)
+    curves = result_files.with_grid_defaults(curves)
+    summary = None if summary is None else result_files.with_grid_defaults(summary)
     train = curves[curves["mode"] == "train"] if not curves.empty else curves
     train = train.assign(loss=pd.to_numeric(train["loss"]).replace([np.inf, -np.inf], np.nan))
     train = train[train["loss"].notna()]

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
-from batchscope.report import aggregate
+from batchscope.report import result_files
 from batchscope.report.figures import placeholder_figure, save_png, subplots
 
 #: One pair of panels per distinct value of these.
@@ -30,7 +30,7 @@ NO_SCALING = "one devices value in this sweep: nothing to scale"
 
 def scaling_figure(by_point: pd.DataFrame) -> Figure:
     """Throughput and scaling efficiency against devices (see the module's docstring)."""
-    points = aggregate.with_grid_defaults(by_point)
+    points = result_files.with_grid_defaults(by_point)
     points = points[pd.to_numeric(points["samples_per_s_median"]).notna()]
     if points.empty or points["devices"].nunique() < 2:
         return placeholder_figure(NO_SCALING, "Scaling with devices")

@@ -19,7 +19,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from batchscope.report import aggregate
+from batchscope.report import result_files
 from batchscope.report.figures import placeholder_figure, subplots
 from batchscope.report.plots_panels import (
     FAILED_STYLE,
@@ -66,7 +66,7 @@ def data_wait_figure(summary: pd.DataFrame) -> Figure:
     """Heatmap of the share of step time spent waiting for data: batch size x num_workers,
     one panel per mode x model, each cell annotated."""
     title = "Data wait"
-    summary = aggregate.with_grid_defaults(summary)
+    summary = result_files.with_grid_defaults(summary)
     grouped = panels(summary, PANEL_KEYS)
     if not grouped:
         return placeholder_figure(NO_RUNS, title)
@@ -144,7 +144,7 @@ def breakdown_figure(summary: pd.DataFrame) -> Figure:
     add up to the mean step time (marked by a black dash); failed points are labelled."""
     title = "Step time breakdown"
     columns = [column for _, column in BREAKDOWN_PARTS if column in summary]
-    summary = aggregate.with_grid_defaults(summary)
+    summary = result_files.with_grid_defaults(summary)
     grouped = panels(summary, PANEL_KEYS)
     if not grouped:
         return placeholder_figure(NO_RUNS, title)

@@ -13,7 +13,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from batchscope.report import aggregate
+from batchscope.report import result_files
 from batchscope.report.figures import placeholder_figure, subplots
 from batchscope.report.plots_panels import mark_failed, panels
 
@@ -32,7 +32,7 @@ def memory_tokens_figure(summary: pd.DataFrame) -> Figure:
     """Peak memory (MB, mean over ok runs) vs batch × sequence length (log 2 axis), hue =
     sequence length; failed points marked at the bottom as on the other figures."""
     title = "Peak memory vs tokens per step"
-    summary = aggregate.with_grid_defaults(summary)
+    summary = result_files.with_grid_defaults(summary)
     tokens = summary[summary["sequence_length"].notna()] if not summary.empty else summary
     grouped = panels(tokens, TOKEN_PANEL_KEYS)
     if not grouped:

@@ -51,8 +51,8 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import config, results
-from batchscope.report import aggregate, objectives, plots_energy
 from batchscope.report import answer as answer_module
+from batchscope.report import objectives, plots_energy, point_table
 from batchscope.report.recommend_pages import evidence, render_html, render_markdown
 from batchscope.report.recommend_points import (
     absent_points,
@@ -114,7 +114,7 @@ def recommend(
         return []
     frame = prepare(summary_df)
     if answer is None:
-        by_point = aggregate.summarize_points(frame)
+        by_point = point_table.summarize_points(frame)
         answer = answer_module.document(
             frame,
             by_point,

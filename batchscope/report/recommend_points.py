@@ -3,7 +3,7 @@ model that ran ok, its seeds pooled, with its measured spread and diagnosis.
 
 Spread of a configuration, as a percentage of its throughput: with two or more seeds that ran
 ok, the half-width of the 95% Student-t confidence interval of the mean over seeds (from
-``batchscope.report.aggregate.summarize_points``); with one, the interquartile range of its
+``batchscope.report.point_table.summarize_points``); with one, the interquartile range of its
 measurement windows' throughputs (``samples_per_s_iqr``) over their median (unknown with a
 single window; results without it fall back to the step-time IQR over the median step time).
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.report import aggregate
+from batchscope.report import diagnosis, point_table, result_files
 
 #: Statuses of grid points that have no result at all (their job failed, or never ran).
-ABSENT_STATUSES = aggregate.ABSENT_STATUSES
+ABSENT_STATUSES = result_files.ABSENT_STATUSES
 
 NUMERIC_COLUMNS = (
     "batch_size",
@@ -59,13 +59,13 @@ def prepare(summary: pd.DataFrame) -> pd.DataFrame:
     """Copy with the numeric columns numeric (absent ones as NaN), ``error`` and ``noisy``
     present, and the diagnosis (``bound``, ``stall_removed_by_workers``) computed afresh."""
     frame = summary.copy()
-    frame = aggregate.with_grid_defaults(frame)
+    frame = result_files.with_grid_defaults(frame)
     for column in NUMERIC_COLUMNS:
         frame[column] = pd.to_numeric(frame[column]) if column in frame else float("nan")
     for column in ("error", "noisy"):
         if column not in frame:
             frame[column] = None
-    return aggregate.diagnose(frame)
+    return diagnosis.diagnose(frame)
 
 
 def _spread(row: pd.Series) -> tuple[float | None, str | None]:
@@ -88,7 +88,7 @@ def pooled_points(rows: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     points = _seed_means(ok)
-    pooled = aggregate.summarize_points(rows)[
+    pooled = point_table.summarize_points(rows)[
         [
             "batch_size",
             "num_workers",
@@ -151,7 +151,7 @@ def point_dict(row: pd.Series) -> dict[str, Any]:
         if key in ("batch_size", "num_workers", "n_seeds", "n_failed", "n_rounds"):
             point[key] = int(value)
         elif key == "stall_removed_by_workers" and not is_missing(value):
-            point[key] = value if value == aggregate.NO_WORKERS else int(float(value))
+            point[key] = value if value == diagnosis.NO_WORKERS else int(float(value))
         elif isinstance(value, float):
             point[key] = None if math.isnan(value) else float(value)
         else:

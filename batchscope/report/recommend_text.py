@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from batchscope.report import aggregate
+from batchscope.report import diagnosis, result_files
 from batchscope.report.recommend_points import SPREAD_SOURCES
 
 #: Spread (%) above which a measurement is called noisy (STYLE: IQR over 10% of the median).
@@ -144,7 +144,7 @@ def _quality(point: Mapping[str, Any]) -> str:
 def _diagnosis(rec: Mapping[str, Any]) -> str:
     """What limits the recommended point, and which worker count removed an input stall."""
     best = rec["best"]
-    wait, limit = best["data_wait_frac"], aggregate.INPUT_BOUND_FRAC
+    wait, limit = best["data_wait_frac"], diagnosis.INPUT_BOUND_FRAC
     if best["bound"] is None:
         return "Diagnosis: unknown (no data wait measured)."
     if best["bound"] == "input":
@@ -156,7 +156,7 @@ def _diagnosis(rec: Mapping[str, Any]) -> str:
         if pipeline:
             text += f" (images: {pipeline})"
         fixed = best["stall_removed_by_workers"]
-        if fixed == aggregate.NO_WORKERS or fixed is None:
+        if fixed == diagnosis.NO_WORKERS or fixed is None:
             cheaper = (
                 "another decoder or a cheaper resize/crop"
                 if pipeline
@@ -248,7 +248,7 @@ def limit_text(rec: Mapping[str, Any]) -> str:
     if best["bound"] == "input":
         return (
             f"Limit: the input pipeline: the model waits for data {_pct(wait)} of the step time "
-            f"(over {_pct(aggregate.INPUT_BOUND_FRAC)})."
+            f"(over {_pct(diagnosis.INPUT_BOUND_FRAC)})."
         )
     return (
         f"Limit: the model's compute, not the input pipeline (data wait {_pct(wait)} of the "
@@ -297,7 +297,7 @@ def _absent_note(rec: Mapping[str, Any]) -> str | None:
         error = point["error"]
         if error:
             item += f" ({short_error(error)})"
-        elif point["status"] == aggregate.MISSING:
+        elif point["status"] == result_files.MISSING:
             item += " (no result, no log)"
         items.append(item)
     return (

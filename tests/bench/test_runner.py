@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from batchscope.bench import loop, models, runner, seeding
+from batchscope.bench import loop, loop_result, models, runner, seeding
 from tests.factories import make_spec, settings
 
 CPU = torch.device("cpu")
@@ -119,23 +119,23 @@ def test_non_oom_errors_propagate():
 
 
 def test_window_stats_flags_a_noisy_series_and_not_a_steady_one():
-    steady = loop.window_stats([10] * 30, [0.010] * 30, repeats=3)
+    steady = loop_result.window_stats([10] * 30, [0.010] * 30, repeats=3)
     assert steady["samples_per_s"] == pytest.approx(1000.0)
     assert steady["noisy"] is False and steady["samples_per_s_iqr"] == pytest.approx(0.0)
     # the last window runs at half speed: IQR/median = 0.25 > 0.10
-    noisy = loop.window_stats([10] * 30, [0.010] * 20 + [0.020] * 10, repeats=3)
+    noisy = loop_result.window_stats([10] * 30, [0.010] * 20 + [0.020] * 10, repeats=3)
     assert noisy["samples_per_s"] == pytest.approx(1000.0)
     assert noisy["samples_per_s_iqr"] == pytest.approx(250.0)
     assert noisy["noisy"] is True
-    assert loop.window_stats([10] * 5, [0.01] * 5, repeats=1)["noisy"] is None
+    assert loop_result.window_stats([10] * 5, [0.01] * 5, repeats=1)["noisy"] is None
 
 
 def test_noisy_judges_three_windows_on_their_range():
     # 1000, 909 and 833 samples/s: an 18% range, though IQR/median is only 9%
-    noisy = loop.window_stats([1000, 909, 833], [1.0, 1.0, 1.0], repeats=3)
+    noisy = loop_result.window_stats([1000, 909, 833], [1.0, 1.0, 1.0], repeats=3)
     assert noisy["samples_per_s"] == pytest.approx(909.0)
     assert noisy["noisy"] is True
-    quiet = loop.window_stats([1000, 970, 950], [1.0, 1.0, 1.0], repeats=3)  # a 5% range
+    quiet = loop_result.window_stats([1000, 970, 950], [1.0, 1.0, 1.0], repeats=3)  # a 5% range
     assert quiet["noisy"] is False
 
 

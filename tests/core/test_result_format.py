@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from batchscope.core import paths, results
-from batchscope.report import aggregate
+from batchscope.report import aggregate, result_files
 from tests.factories import FINGERPRINT, NOISE_SCALE_KEYS, TARGET_KEYS, fake_result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def test_core_results_names_agree_with_the_schema():
     assert run["properties"]["schema_version"]["const"] == results.SCHEMA_VERSION
     assert tuple(run["properties"]["status"]["enum"]) == results.STATUSES
     # what the reader insists on is always written
-    assert set(aggregate.REQUIRED_KEYS) <= set(run["required"])
+    assert set(result_files.REQUIRED_KEYS) <= set(run["required"])
     # the optional keys come in the two groups the schema ties together
     assert set(results.FIELDS) - set(run["required"]) == {*TARGET_KEYS, *NOISE_SCALE_KEYS}
     for group in (TARGET_KEYS, NOISE_SCALE_KEYS):
@@ -184,7 +184,7 @@ def _write(folder: Path, result: dict) -> Path:
     results.write_json(path, result)
     rows = [{"step": i, "phase": "measured", "samples_seen": 64 * i, "elapsed_s": 0.1 * i,
              "step_time_ms": 64.0, "data_wait_ms": 6.4, "loss": 1.5} for i in (1, 2)]  # fmt: skip
-    results.write_csv(aggregate.steps_path(path), rows, results.STEP_COLUMNS)
+    results.write_csv(result_files.steps_path(path), rows, results.STEP_COLUMNS)
     return path
 
 

@@ -8,6 +8,7 @@ import jsonschema
 import numpy as np
 import pytest
 
+from batchscope.core import recommendation, stats
 from batchscope.core import stats as core_stats
 from batchscope.core import verdict as v
 
@@ -45,51 +46,55 @@ def two_sided_p_by_integration(t, df, intervals=20_000):
 @pytest.mark.parametrize("x", [0.0, 0.1, 0.37, 0.5, 0.9, 1.0])
 @pytest.mark.parametrize("a", [0.5, 1.0, 2.5, 7.0])
 def test_betainc_closed_forms(a, x):
-    assert v.betainc(1.0, 1.0, x) == pytest.approx(x, abs=1e-14)
-    assert v.betainc(a, 1.0, x) == pytest.approx(x**a, abs=1e-14)
-    assert v.betainc(1.0, a, x) == pytest.approx(1.0 - (1.0 - x) ** a, abs=1e-14)
-    assert v.betainc(a, 3.2, x) == pytest.approx(1.0 - v.betainc(3.2, a, 1.0 - x), abs=1e-14)
-    assert v.betainc(a, a, 0.5) == pytest.approx(0.5, abs=1e-14)
+    assert stats.betainc(1.0, 1.0, x) == pytest.approx(x, abs=1e-14)
+    assert stats.betainc(a, 1.0, x) == pytest.approx(x**a, abs=1e-14)
+    assert stats.betainc(1.0, a, x) == pytest.approx(1.0 - (1.0 - x) ** a, abs=1e-14)
+    assert stats.betainc(a, 3.2, x) == pytest.approx(
+        1.0 - stats.betainc(3.2, a, 1.0 - x), abs=1e-14
+    )
+    assert stats.betainc(a, a, 0.5) == pytest.approx(0.5, abs=1e-14)
 
 
 @pytest.mark.parametrize(
     "t, df", [(2.0, 10), (1.0, 3.5), (2.5, 7.3), (0.5, 1.5), (3.0, 2), (1.2, 30.7), (0.3, 4.1)]
 )
 def test_t_p_value_matches_numeric_integration(t, df):
-    assert 2.0 * v.t_sf(t, df) == pytest.approx(two_sided_p_by_integration(t, df), abs=1e-9)
-    assert v.t_sf(-t, df) == pytest.approx(1.0 - v.t_sf(t, df), abs=1e-15)
+    assert 2.0 * stats.t_sf(t, df) == pytest.approx(two_sided_p_by_integration(t, df), abs=1e-9)
+    assert stats.t_sf(-t, df) == pytest.approx(1.0 - stats.t_sf(t, df), abs=1e-15)
 
 
 def test_t_p_value_reference_values():
     # Two-sided p of t = 2 with 10 df (tables: 0.0734); t = 1 with 3.5 df.
-    assert 2.0 * v.t_sf(2.0, 10) == pytest.approx(0.07338803477074, abs=1e-12)
-    assert 2.0 * v.t_sf(1.0, 3.5) == pytest.approx(0.38133725356345, abs=1e-12)
+    assert 2.0 * stats.t_sf(2.0, 10) == pytest.approx(0.07338803477074, abs=1e-12)
+    assert 2.0 * stats.t_sf(1.0, 3.5) == pytest.approx(0.38133725356345, abs=1e-12)
     for t in (0.1, 1.0, 3.0, 40.0):
-        assert 2.0 * v.t_sf(t, 1) == pytest.approx(1.0 - 2.0 / math.pi * math.atan(t), rel=1e-12)
-        assert 2.0 * v.t_sf(t, 2) == pytest.approx(1.0 - t / math.sqrt(2.0 + t * t), rel=1e-12)
+        assert 2.0 * stats.t_sf(t, 1) == pytest.approx(
+            1.0 - 2.0 / math.pi * math.atan(t), rel=1e-12
+        )
+        assert 2.0 * stats.t_sf(t, 2) == pytest.approx(1.0 - t / math.sqrt(2.0 + t * t), rel=1e-12)
         for df in range(1, 25):  # Abramowitz & Stegun 26.7.3/4, coded independently in stats.py
             central = core_stats._t_central_probability(math.atan(t / math.sqrt(df)), df)
-            assert 2.0 * v.t_sf(t, df) == pytest.approx(1.0 - central, rel=1e-10, abs=1e-15)
+            assert 2.0 * stats.t_sf(t, df) == pytest.approx(1.0 - central, rel=1e-10, abs=1e-15)
 
 
 def test_t_quantile_reference_values():
-    assert v.t_quantile(0.975, 10) == pytest.approx(2.228138852, abs=1e-8)
-    assert v.t_quantile(0.975, 1) == pytest.approx(12.70620474, abs=1e-7)
-    assert v.t_quantile(0.95, 5) == pytest.approx(2.015048373, abs=1e-8)
-    assert v.t_quantile(0.8, 4) == pytest.approx(0.940964577, abs=1e-8)
-    assert v.t_quantile(0.025, 10) == pytest.approx(-2.228138852, abs=1e-8)
+    assert stats.t_quantile(0.975, 10) == pytest.approx(2.228138852, abs=1e-8)
+    assert stats.t_quantile(0.975, 1) == pytest.approx(12.70620474, abs=1e-7)
+    assert stats.t_quantile(0.95, 5) == pytest.approx(2.015048373, abs=1e-8)
+    assert stats.t_quantile(0.8, 4) == pytest.approx(0.940964577, abs=1e-8)
+    assert stats.t_quantile(0.025, 10) == pytest.approx(-2.228138852, abs=1e-8)
     for df in range(1, 31):
-        assert v.t_quantile(0.975, df) == pytest.approx(core_stats.t_critical(df), rel=1e-10)
+        assert stats.t_quantile(0.975, df) == pytest.approx(core_stats.t_critical(df), rel=1e-10)
     for p, df in [(0.6, 2.7), (0.99, 3.3), (0.99875, 4.0), (0.8, 17.9), (0.9999999, 1.5)]:
-        assert v.t_sf(v.t_quantile(p, df), df) == pytest.approx(1.0 - p, rel=1e-9)
+        assert stats.t_sf(stats.t_quantile(p, df), df) == pytest.approx(1.0 - p, rel=1e-9)
 
 
 def test_t_near_zero_keeps_its_precision():
     """Near t = 0 the tail is 1/2 - density(0) * t; 1 - x must not round the t^2 away."""
     for df in (1.0, 2.5, 3.0, 40.0):
         slope = float(t_density(0.0, df))
-        assert 0.5 - v.t_sf(1e-9, df) == pytest.approx(slope * 1e-9, rel=1e-6)
-        assert v.t_quantile(0.5 + 1e-7, df) == pytest.approx(1e-7 / slope, rel=1e-6)
+        assert 0.5 - stats.t_sf(1e-9, df) == pytest.approx(slope * 1e-9, rel=1e-6)
+        assert stats.t_quantile(0.5 + 1e-7, df) == pytest.approx(1e-7 / slope, rel=1e-6)
 
 
 def test_welch_statistic_and_degrees_of_freedom():
@@ -99,7 +104,7 @@ def test_welch_statistic_and_degrees_of_freedom():
     result = v.welch_log_test(a, b)
     assert result.t == pytest.approx((la.mean() - lb.mean()) / math.sqrt(va + vb))
     assert result.df == pytest.approx((va + vb) ** 2 / (va**2 / 3 + vb**2 / 2))
-    assert result.p_value == pytest.approx(v.t_sf(result.t, result.df))
+    assert result.p_value == pytest.approx(stats.t_sf(result.t, result.df))
     # Equal n and equal spread: Welch's df is the pooled test's 2(n - 1).
     equal = v.welch_log_test(exact(1000, 0.05, 5), exact(900, 0.05, 5))
     assert equal.df == pytest.approx(8.0)
@@ -318,17 +323,19 @@ ROWS = {
 
 def test_pick_least_memory_then_fewest_workers_then_highest_median():
     rows = {k: {**r, "median_samples_per_s": 1000.0} for k, r in ROWS.items()}
-    choice, reason = v.pick(("a", "b", "d"), rows)
+    choice, reason = recommendation.pick(("a", "b", "d"), rows)
     assert choice == "b" and "peak memory" in reason and reason.endswith(".")
-    choice, reason = v.pick(("a", "b", "c", "d"), rows)  # b, c tie on memory
+    choice, reason = recommendation.pick(("a", "b", "c", "d"), rows)  # b, c tie on memory
     assert choice == "c" and "workers" in reason
     rows["c"]["num_workers"] = 4
     rows["c"]["median_samples_per_s"] = 1010.0
-    choice, reason = v.pick(("a", "b", "c"), rows)
+    choice, reason = recommendation.pick(("a", "b", "c"), rows)
     assert choice == "c" and "median" in reason
-    assert v.pick(("d",), rows)[0] == "d"
-    assert "only point" in v.pick(("d",), rows)[1]
-    choice, _ = v.pick(("b", "c"), rows, rule=("-batch_size",))  # full tie: tie-set order
+    assert recommendation.pick(("d",), rows)[0] == "d"
+    assert "only point" in recommendation.pick(("d",), rows)[1]
+    choice, _ = recommendation.pick(
+        ("b", "c"), rows, rule=("-batch_size",)
+    )  # full tie: tie-set order
     assert choice == "b"
 
 
@@ -343,14 +350,14 @@ def _answers():
     for expected, points in cases.items():
         result = v.decide(points, LEVEL)
         assert result.verdict == expected
-        answers[expected] = v.to_answer(
+        answers[expected] = recommendation.to_answer(
             result, ROWS, mode="train", model="small_cnn", accumulation_steps=1
         )
     return answers
 
 
 def test_answers_validate_against_the_schema():
-    schema = v.load_schema()
+    schema = recommendation.load_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     answers = _answers()
     for answer in answers.values():
@@ -359,7 +366,7 @@ def test_answers_validate_against_the_schema():
             k: ROWS_BY_GRID[(answer["pick"]["batch_size"], answer["pick"]["num_workers"])][k]
             for k in ("batch_size", "num_workers")
         }
-    document = v.to_document(list(answers.values()), LEVEL)
+    document = recommendation.to_document(list(answers.values()), LEVEL)
     jsonschema.validate(document, schema)
     assert answers["separated"]["tie_set"][0]["p_value_vs_best"] is None
     assert len(answers["tie"]["rounds_to_separate"]) == len(answers["tie"]["tie_set"]) - 1
@@ -380,8 +387,8 @@ ROWS_BY_GRID = {(r["batch_size"], r["num_workers"]): r for r in ROWS.values()}
     ],
 )
 def test_schema_refuses_a_damaged_answer(damage):
-    schema = v.load_schema()
+    schema = recommendation.load_schema()
     answer = _answers()["tie"]
     damage(answer)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(v.to_document([answer], LEVEL), schema)
+        jsonschema.validate(recommendation.to_document([answer], LEVEL), schema)

@@ -15,7 +15,7 @@ import pytest
 
 from batchscope.core import results
 from batchscope.core.stats import mean_ci
-from batchscope.report import aggregate
+from batchscope.report import aggregate, diagnosis, point_table, result_files
 from tests.factories import FINGERPRINT, fake_result
 
 
@@ -42,7 +42,7 @@ def write_run(folder, steps: int = 4, **overrides):
         }
         for i in range(steps)
     ]
-    results.write_csv(aggregate.steps_path(path), rows, results.STEP_COLUMNS)
+    results.write_csv(result_files.steps_path(path), rows, results.STEP_COLUMNS)
     return path
 
 
@@ -119,7 +119,7 @@ def test_fingerprint_mismatch_is_flagged_not_fatal(tmp_path):
         write_run(tmp_path, batch_size=128, env_fingerprint="ffffffffffff"),
     ]
     stream = io.StringIO()
-    checked = aggregate.check_environment(
+    checked = diagnosis.check_environment(
         aggregate.collect(paths), {"fingerprint": FINGERPRINT}, stream=stream
     )
     assert checked.set_index("batch_size")["env_matches_capture"].to_dict() == {
@@ -133,7 +133,7 @@ def test_fingerprint_mismatch_is_flagged_not_fatal(tmp_path):
 
 def test_matching_fingerprints_print_nothing(tmp_path):
     stream = io.StringIO()
-    checked = aggregate.check_environment(
+    checked = diagnosis.check_environment(
         aggregate.collect([write_run(tmp_path)]), {"fingerprint": FINGERPRINT}, stream=stream
     )
     assert checked["env_matches_capture"].all()
@@ -147,7 +147,7 @@ def test_curves_carry_grid_keys(tmp_path):
         write_run(tmp_path, batch_size=999, status="oom", steps=0),
     ]
     curves = aggregate.collect_curves(
-        (aggregate.steps_path(p), json.loads(p.read_text())) for p in paths
+        (result_files.steps_path(p), json.loads(p.read_text())) for p in paths
     )
     assert list(curves.columns) == [*results.GRID_KEYS, *results.STEP_COLUMNS]
     assert len(curves) == 5
@@ -190,10 +190,10 @@ def test_main_writes_summary_and_curves(tmp_path, capsys):
 
 
 def test_steps_path_is_derived_from_the_json_path(tmp_path):
-    steps = aggregate.steps_path("r/bs64_acc1_nw2_seed0.json")
+    steps = result_files.steps_path("r/bs64_acc1_nw2_seed0.json")
     assert steps.name == "bs64_acc1_nw2_seed0.steps.csv"
     with pytest.raises(ValueError):
-        aggregate.steps_path("r/bs64.csv")
+        result_files.steps_path("r/bs64.csv")
 
 
 def test_written_tables_feed_recommend_and_plots(tmp_path):
@@ -243,7 +243,7 @@ def test_points_pool_seeds_with_confidence_intervals(tmp_path):
             tmp_path, batch_size=256, seed=1, status="oom", samples_per_s=None, peak_mem_mb=None
         )
     )
-    points = aggregate.summarize_points(aggregate.collect(paths)).set_index("batch_size")
+    points = point_table.summarize_points(aggregate.collect(paths)).set_index("batch_size")
 
     assert points.loc[64, ["n_seeds", "n_ok", "status"]].tolist() == [3, 3, "ok"]
     half = 4.302652729749464 * 100.0 / math.sqrt(3)
@@ -285,7 +285,7 @@ def test_diagnosis_input_or_compute_bound_and_which_workers_removed_the_stall(tm
     ]
     paths.append(write_run(tmp_path, batch_size=256, status="oom", data_wait_frac=None))
     summary = aggregate.collect(paths)
-    assert aggregate.INPUT_BOUND_FRAC == 0.2
+    assert diagnosis.INPUT_BOUND_FRAC == 0.2
     got = {
         (r.batch_size, r.num_workers, r.seed): tuple(
             None if pd.isna(v) else v for v in (r.bound, r.stall_removed_by_workers)
@@ -305,7 +305,7 @@ def test_diagnosis_input_or_compute_bound_and_which_workers_removed_the_stall(tm
         (256, 0, 0): (None, None),  # did not run ok: no diagnosis
     }
     # over seeds: nw2 at bs 64 waits (0.1 + 0.25) / 2 = 0.175 on average, so it is compute-bound
-    points = aggregate.summarize_points(summary).set_index(["batch_size", "num_workers"])
+    points = point_table.summarize_points(summary).set_index(["batch_size", "num_workers"])
     assert points.loc[(64, 0), ["bound", "stall_removed_by_workers"]].tolist() == ["input", 2]
     assert points.loc[(64, 2), "data_wait_frac_mean"] == pytest.approx(0.175)
     assert points.loc[(64, 2), "bound"] == "compute"
@@ -366,8 +366,8 @@ def test_missing_result_is_an_error_unless_allowed(tmp_path):
     present = write_run(tmp_path, batch_size=32)
     absent = tmp_path / "train" / "small_cnn" / "bs64_acc1_nw0_seed0.json"
     with pytest.raises(FileNotFoundError):
-        aggregate.read_grid([present, absent])
-    pairs, rows = aggregate.read_grid([present, absent], allow_missing=True, dataset="cifar10")
+        result_files.read_grid([present, absent])
+    pairs, rows = result_files.read_grid([present, absent], allow_missing=True, dataset="cifar10")
     assert len(pairs) == 1
     assert rows == [
         {
@@ -394,11 +394,11 @@ def test_logs_must_parallel_results(tmp_path, capsys):
         aggregate.main([*argv, "--summary", "s.csv", "--curves", "c.csv"])
     assert "one log per result" in capsys.readouterr().err
     with pytest.raises(ValueError, match="one log per result"):
-        aggregate.read_grid([path], ["a.log", "b.log"])
+        result_files.read_grid([path], ["a.log", "b.log"])
 
 
 def test_grid_point_of_a_path_follows_the_workflow_naming():
-    grid = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3_round2.json")
+    grid = result_files.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3_round2.json")
     assert grid == {
         "mode": "infer",
         "model": "resnet18",
@@ -411,13 +411,13 @@ def test_grid_point_of_a_path_follows_the_workflow_naming():
         "sequence_length": None,
     }
     # a result from before rounds existed was the only round
-    old = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3.json")
+    old = result_files.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_seed3.json")
     assert old == {**grid, "round": 1}
     # several devices: the tag one-device paths lack
-    two = aggregate.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_dev2_seed3.json")
+    two = result_files.grid_of_path("results/runs/infer/resnet18/bs512_acc1_nw4_dev2_seed3.json")
     assert two == {**grid, "devices": 2, "round": 1}
     with pytest.raises(ValueError, match="cannot tell its grid point"):
-        aggregate.grid_of_path("results/runs/infer/resnet18/result.json")
+        result_files.grid_of_path("results/runs/infer/resnet18/result.json")
 
 
 def test_throughput_windows_are_one_cell(tmp_path):
@@ -458,7 +458,7 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
     log = log_dir / "train" / "small_cnn" / "bs64_acc1_nw0_seed0.log"  # laid out as the results
     log.parent.mkdir(parents=True)
     log.write_text("Killed\n")
-    assert aggregate.log_path(log_dir, paths[2]) == log
+    assert result_files.log_path(log_dir, paths[2]) == log
     out = tmp_path / "out"
     argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path)), "--allow-missing"]
     argv += ["--log-dir", str(log_dir)]
@@ -479,7 +479,7 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
 
 
 def test_rows_are_held_against_the_compute_only_ceiling(tmp_path):
-    from batchscope.report.aggregate import add_ceiling
+    from batchscope.report.diagnosis import add_ceiling
 
     summary = pd.DataFrame(
         {"mode": ["train", "train"], "model": ["m", "m"], "batch_size": [8, 16],
@@ -520,5 +520,5 @@ def test_scaling_efficiency_compares_per_point_medians_over_rounds_with_one_devi
     assert set(by_devices.get_group((64, 1))) == {1.0}
     assert list(by_devices.get_group((64, 2))) == pytest.approx([180 / (2 * 110)] * 4)
     assert by_devices.get_group((128, 4)).isna().all()
-    points = aggregate.summarize_points(summary).set_index(["batch_size", "devices"])
+    points = point_table.summarize_points(summary).set_index(["batch_size", "devices"])
     assert points.loc[(64, 2), "scaling_efficiency"] == pytest.approx(180 / 220)

@@ -5,8 +5,8 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from batchscope.core import results, verdict
-from batchscope.report import aggregate, answer
+from batchscope.core import recommendation, results, verdict
+from batchscope.report import answer, diagnosis, point_table
 from batchscope.report import rounds as decide
 from tests.factories import fake_result, summary_row
 
@@ -23,11 +23,11 @@ def _runs(point_values: dict[tuple[int, int], list[tuple[float, float]]]) -> pd.
         for (b, w), runs in point_values.items()
         for r, (rate, frac) in enumerate(runs, start=1)
     ]  # fmt: skip
-    return aggregate.flag_disturbed(pd.DataFrame(rows), LIMIT)
+    return diagnosis.flag_disturbed(pd.DataFrame(rows), LIMIT)
 
 
 def _answer(summary: pd.DataFrame) -> dict:
-    doc = answer.document(summary, aggregate.summarize_points(summary), 0.05, LIMIT)
+    doc = answer.document(summary, point_table.summarize_points(summary), 0.05, LIMIT)
     (found,) = doc["answers"]
     return found
 
@@ -48,11 +48,11 @@ def test_the_summary_flags_loaded_runs_and_runs_above_their_ceiling():
             summary_row("infer", batch_size=32, status="missing"),
         ]
     )
-    flagged = aggregate.flag_disturbed(rows, LIMIT)
+    flagged = diagnosis.flag_disturbed(rows, LIMIT)
     assert flagged["foreign_load"].tolist()[:2] == [True, False]
     assert pd.isna(flagged["foreign_load"].iloc[2])  # no result, no flag
     assert flagged["above_ceiling"].tolist()[:2] == [False, True]
-    points = aggregate.summarize_points(flagged)
+    points = point_table.summarize_points(flagged)
     assert points.set_index("batch_size")["n_foreign_load"].to_dict() == {8: 1, 16: 0, 32: 0}
 
 
@@ -67,7 +67,7 @@ def test_a_run_slowed_by_other_work_is_left_out_of_the_verdict():
     assert left["batch_size"] == 8 and left["round"] == 2 and left["foreign_cpu_frac"] == 0.45
     assert left["result"] == "results/runs/infer/small_cnn/bs8_acc1_nw0_seed0_round2.json"
     assert "left out" in found["pick_reason"]
-    counted = answer.document(summary, aggregate.summarize_points(summary), 0.05, 1.0)
+    counted = answer.document(summary, point_table.summarize_points(summary), 0.05, 1.0)
     assert counted["answers"][0]["verdict"] == "tie"  # the slow run blurs what the check keeps
 
 
@@ -84,7 +84,7 @@ def test_too_few_undisturbed_runs_and_no_point_is_named():
     assert "batch_size=16, num_workers=0" in found["pick_reason"]
     assert "60%" in found["pick_reason"]  # the worst share seen
     assert sorted(run["round"] for run in found["left_out"]) == [1, 3]
-    schema = verdict.load_schema()
+    schema = recommendation.load_schema()
     jsonschema.validate(
         results.finite_or_null(
             {"schema_version": 1, "level": 0.05, "test": "t", "answers": [found]}
@@ -119,7 +119,7 @@ def test_the_recommendation_names_no_point_and_the_files_to_redo():
             (16, 0): [(900.0, 0.6), (950.0, 0.0), (920.0, 0.5)],
         }
     )
-    doc = answer.document(summary, aggregate.summarize_points(summary), 0.05, LIMIT)
+    doc = answer.document(summary, point_table.summarize_points(summary), 0.05, LIMIT)
     (rec,) = recommend.recommend(summary, answer=doc)
     text = rec["recommendation"]
     assert text.startswith("No recommendation for infer / small_cnn.")

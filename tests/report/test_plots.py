@@ -508,12 +508,12 @@ def test_equal_validation_accuracies_of_two_worker_counts_stay_visible_side_by_s
 
 
 def test_the_scaling_figure_draws_throughput_and_efficiency_against_devices():
-    from batchscope.report import aggregate, plots_scaling
+    from batchscope.report import aggregate, plots_scaling, point_table
     from tests.factories import summary_row
 
     rows = [summary_row(devices=d, samples_per_s=r) for d, r in [(1, 100.0), (2, 150.0)]]
     summary = aggregate.add_scaling_efficiency(pd.DataFrame(rows))
-    points = aggregate.summarize_points(summary)
+    points = point_table.summarize_points(summary)
     fig = plots_scaling.scaling_figure(points)
     speed, efficiency = [ax for ax in fig.axes if ax.get_visible()]
     throughput = speed.lines[0]

@@ -1,6 +1,7 @@
 """The three floors: the torch-free core and reporting floor never import torch, and neither
 does the Snakefile's own process (it only wires files and writes specs)."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,147 @@ def test_the_workflow_process_never_imports_torch(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "TORCH_IMPORTED False" in done.stdout
+
+
+# ------------------------------------------------------------------ sizes and private names
+# Issue 10: no module over ~600 lines, no function over ~80, no private name used across
+# modules. Each test names every offender, so a merge that breaks a limit says where.
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+PACKAGE = REPO / "batchscope"
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _name(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+def _long_functions(source: str, limit: int) -> list[tuple[str, int]]:
+    """(qualified name, lines from ``def`` to its last line) of every function or method of
+    ``source`` longer than ``limit`` lines, nested ones included."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                lines = child.end_lineno - child.lineno + 1
+                if not isinstance(child, ast.ClassDef) and lines > limit:
+                    found.append((name, lines))
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def _is_package_module(dotted: str) -> bool:
+    """Is ``batchscope.x.y`` a module (or package) of this repository?"""
+    path = REPO.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_uses(source: str, module: str = "batchscope.example") -> list[str]:
+    """Where ``source`` (the module named ``module``) takes a private name from another module
+    of the package: ``from batchscope.x import _name``, or ``x._name`` / ``batchscope.x._name``
+    on a module it imported."""
+    tree = ast.parse(source)
+    modules: dict[str, str] = {}  # local name -> the package module it is bound to
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "batchscope":
+                    local = alias.asname or alias.name.split(".")[0]
+                    modules[local] = alias.name if alias.asname else "batchscope"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] != "batchscope" or node.module == module:
+                continue
+            for alias in node.names:
+                if _private(alias.name):
+                    found.append(f"from {node.module} import {alias.name}")
+                elif _is_package_module(f"{node.module}.{alias.name}"):
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        chain, value = [node.attr], node.value
+        while isinstance(value, ast.Attribute):
+            chain.append(value.attr)
+            value = value.value
+        if not isinstance(value, ast.Name) or value.id not in modules:
+            continue
+        dotted = [modules[value.id], *reversed(chain)]
+        # the attributes after the last one that names a module
+        owner = dotted[0]
+        for part in dotted[1:]:
+            if not _is_package_module(f"{owner}.{part}"):
+                if _private(part) and owner != module:
+                    found.append(f"{owner}.{part}")
+                break
+            owner = f"{owner}.{part}"
+    return sorted(set(found))
+
+
+def test_no_module_is_over_600_lines():
+    long = {
+        _name(p): n
+        for p in _modules()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"
+
+
+def test_no_function_is_over_80_lines():
+    long = [
+        f"{_name(p)}::{name} ({n} lines)"
+        for p in _modules()
+        for name, n in _long_functions(p.read_text(encoding="utf-8"), MAX_FUNCTION_LINES)
+    ]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_no_private_name_is_used_across_modules():
+    used = [
+        f"{_name(p)}: {use}"
+        for p in _modules()
+        for use in _private_uses(
+            p.read_text(encoding="utf-8"),
+            ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"),
+        )
+    ]
+    assert not used, f"private names used outside their module (make them public): {used}"
+
+
+def test_the_checks_find_what_they_look_for():
+    """The checks above are not vacuous: each finds a planted offender, and only it."""
+    body = "\n".join(f"        x = {i}" for i in range(80))
+    source = f"def short():\n    pass\n\n\nclass C:\n    def long(self):\n{body}\n"
+    assert _long_functions(source, 80) == [("C.long", 81)]
+    planted = (
+        "import batchscope.core.stats\n"
+        "import batchscope.core.stats as st\n"
+        "from batchscope.report import plots, aggregate as agg\n"
+        "from batchscope.report.plots import _subplots, figure\n"
+        "from batchscope.bench.loop import _to_host\n"
+        "def f():\n"
+        "    plots._subplots(); agg.main(); st._finite([]); figure._x\n"
+        "    batchscope.core.stats._finite([]); plots.__name__\n"
+    )
+    assert _private_uses(planted) == [
+        "batchscope.core.stats._finite",
+        "batchscope.report.plots._subplots",
+        "from batchscope.bench.loop import _to_host",
+        "from batchscope.report.plots import _subplots",
+    ]
+    own = "from batchscope.core import stats\nstats.mean_ci([])\n"
+    assert _private_uses(own + "stats._finite([])\n", "batchscope.core.stats") == []

@@ -108,12 +108,12 @@ def test_race_runs_what_its_recorded_decisions_kept_and_they_follow_from_the_run
 def test_the_answer_is_valid_and_the_recommendation_says_its_verdict(sweeps):
     import jsonschema
 
-    from batchscope.core import verdict
+    from batchscope.core import recommendation
 
     for strategy in ("full", "race"):
         results = sweeps[strategy] / "results"
         document = json.loads((results / "recommendation.json").read_text())
-        jsonschema.validate(document, verdict.load_schema())
+        jsonschema.validate(document, recommendation.load_schema())
         (answer,) = document["answers"]
         pick = answer["pick"]
         text = (results / "recommendation.md").read_text()
