@@ -211,7 +211,7 @@ def _files(runs: Sequence[Mapping[str, Any]], shown: int = 4) -> str:
     return " ".join(names[:shown]) + f" and {len(names) - shown} more (left_out lists them)"
 
 
-def to_document(answers: Sequence[Mapping[str, Any]], level: float = 0.05) -> dict[str, Any]:
+def to_document(answers: Sequence[Mapping[str, Any]], level: float) -> dict[str, Any]:
     """The whole ``results/recommendation.json`` object around the answers."""
     return {
         "schema_version": SCHEMA_VERSION,

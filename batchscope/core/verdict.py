@@ -137,9 +137,7 @@ def holm(p_values: Mapping[Hashable, float]) -> dict[Hashable, float]:
 # ---------------------------------------------------------------- power
 
 
-def detectable_diff(
-    sd_log: float, n: int, m: int, level: float = 0.05, power: float = POWER
-) -> float:
+def detectable_diff(sd_log: float, n: int, m: int, level: float, power: float = POWER) -> float:
     """Smallest relative difference n rounds per point detect with ``power`` among m comparisons.
 
     exp((t_{1-level/(2m), 2(n-1)} + t_{power, 2(n-1)}) * sd_log * sqrt(2/n)) - 1: the doubled
@@ -153,7 +151,7 @@ def detectable_diff(
 
 
 def rounds_needed(
-    diff_frac: float, sd_log: float, m: int, level: float = 0.05, power: float = POWER
+    diff_frac: float, sd_log: float, m: int, level: float, power: float = POWER
 ) -> int | None:
     """Fewest rounds per point whose :func:`detectable_diff` is at most ``diff_frac``.
 
@@ -229,7 +227,7 @@ def _pooled_sd_log(stats: Iterable[Mapping[str, Any]]) -> float:
     return math.sqrt(sum(df * sd * sd for df, sd in dfs) / sum(df for df, _ in dfs))
 
 
-def decide(points: Mapping[Hashable, Iterable[float]], level: float = 0.05) -> Verdict:
+def decide(points: Mapping[Hashable, Iterable[float]], level: float) -> Verdict:
     """The leader, the points not significantly slower than it (Holm over the comparisons
     with the leader at ``level``) and the verdict. ``points`` maps a key to per-round
     throughputs (one number per fresh process, never within-process windows)."""
@@ -271,7 +269,7 @@ def decide(points: Mapping[Hashable, Iterable[float]], level: float = 0.05) -> V
 
 
 def eliminated(
-    points: Mapping[Hashable, Iterable[float]], level: float = 0.05, *, looks: int = 1
+    points: Mapping[Hashable, Iterable[float]], level: float, *, looks: int = 1
 ) -> set[Hashable]:
     """Points significantly slower than the leader now: the ones a race may stop measuring.
 

@@ -180,7 +180,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--foreign-cpu-limit",
         type=float,
-        default=1.0,
+        required=True,
         help="sweep.foreign_cpu_limit: flag runs whose foreign_cpu_frac exceeds it (1: none)",
     )
     return parser

@@ -205,7 +205,14 @@ def test_the_tables_read_back_with_the_declared_dtypes(tmp_path):
     missing = tmp_path / "train" / "small_cnn" / "bs128_acc1_nw0_seed0.json"
     out = {name: tmp_path / f"{name}.csv" for name in ("summary", "by_point", "curves")}
     argv = ["--results", *map(str, [*written, missing]), "--allow-missing", "--env", str(env)]
-    argv += ["--summary", str(out["summary"]), "--by-point", str(out["by_point"])]
+    argv += [
+        "--foreign-cpu-limit",
+        "1",
+        "--summary",
+        str(out["summary"]),
+        "--by-point",
+        str(out["by_point"]),
+    ]
     argv += ["--curves", str(out["curves"]), "--ceilings", str(ceiling)]
     assert aggregate.main(argv) == 0
 

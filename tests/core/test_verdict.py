@@ -253,12 +253,12 @@ def test_identical_points_are_rarely_separated():
     rng = np.random.default_rng(99)
     draws = 2000
     separated = sum(
-        v.decide({"A": drawn(1000, 0.05, 3, rng), "B": drawn(1000, 0.05, 3, rng)}).verdict
+        v.decide({"A": drawn(1000, 0.05, 3, rng), "B": drawn(1000, 0.05, 3, rng)}, LEVEL).verdict
         == "separated"
         for _ in range(draws)
     )
     dropped_best = sum(
-        0 not in v.decide({i: drawn(1000, 0.05, 4, rng) for i in range(4)}).tie_set
+        0 not in v.decide({i: drawn(1000, 0.05, 4, rng) for i in range(4)}, LEVEL).tie_set
         for _ in range(draws)
     )
     bound = LEVEL + 3 * math.sqrt(LEVEL * (1 - LEVEL) / draws)
@@ -268,7 +268,7 @@ def test_identical_points_are_rarely_separated():
 
 def test_detectable_difference_shrinks_with_more_rounds():
     found = [
-        v.decide({"A": exact(1000, 0.05, n), "B": exact(950, 0.05, n)}).detectable_diff_frac
+        v.decide({"A": exact(1000, 0.05, n), "B": exact(950, 0.05, n)}, LEVEL).detectable_diff_frac
         for n in (2, 3, 5, 10, 20, 50)
     ]
     assert all(a > b for a, b in zip(found, found[1:], strict=False))
@@ -295,7 +295,7 @@ def test_rounds_to_separate_gives_about_the_stated_power():
     rng = np.random.default_rng(5)
     draws = 600
     hits = sum(
-        v.decide({"A": drawn(1050, 0.05, n, rng), "B": drawn(1000, 0.05, n, rng)}).verdict
+        v.decide({"A": drawn(1050, 0.05, n, rng), "B": drawn(1000, 0.05, n, rng)}, LEVEL).verdict
         == "separated"
         for _ in range(draws)
     )

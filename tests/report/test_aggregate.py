@@ -171,7 +171,7 @@ def test_main_writes_summary_and_curves(tmp_path, capsys):
     env = write_env(tmp_path)
     summary_csv, curves_csv = tmp_path / "out" / "summary.csv", tmp_path / "out" / "curves.csv"
     argv = ["--results", *map(str, paths), "--env", str(env)]
-    argv += ["--summary", str(summary_csv), "--curves", str(curves_csv)]
+    argv += ["--foreign-cpu-limit", "1", "--summary", str(summary_csv), "--curves", str(curves_csv)]
 
     assert aggregate.main(argv) == 0
 
@@ -207,7 +207,14 @@ def test_written_tables_feed_recommend_and_plots(tmp_path):
     paths.append(write_run(runs, batch_size=64, status="oom", samples_per_s=None, steps=0))
     out = tmp_path / "out"
     argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path))]
-    argv += ["--summary", str(out / "s.csv"), "--curves", str(out / "c.csv")]
+    argv += [
+        "--foreign-cpu-limit",
+        "1",
+        "--summary",
+        str(out / "s.csv"),
+        "--curves",
+        str(out / "c.csv"),
+    ]
     assert aggregate.main(argv) == 0
 
     summary, curves = pd.read_csv(out / "s.csv"), pd.read_csv(out / "c.csv")
@@ -332,7 +339,14 @@ def test_missing_and_failed_points_become_rows(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["--results", *map(str, [*done, failed, missing]), "--allow-missing"]
     argv += ["--logs", *map(str, log_paths), "--env", str(write_env(tmp_path))]
-    argv += ["--summary", str(out / "s.csv"), "--curves", str(out / "c.csv")]
+    argv += [
+        "--foreign-cpu-limit",
+        "1",
+        "--summary",
+        str(out / "s.csv"),
+        "--curves",
+        str(out / "c.csv"),
+    ]
     argv += ["--by-point", str(out / "p.csv")]
 
     assert aggregate.main(argv) == 0
@@ -391,7 +405,9 @@ def test_logs_must_parallel_results(tmp_path, capsys):
     path = write_run(tmp_path)
     argv = ["--results", str(path), "--logs", "a.log", "b.log", "--env", "e.json"]
     with pytest.raises(SystemExit):
-        aggregate.main([*argv, "--summary", "s.csv", "--curves", "c.csv"])
+        aggregate.main(
+            [*argv, "--foreign-cpu-limit", "1", "--summary", "s.csv", "--curves", "c.csv"]
+        )
     assert "one log per result" in capsys.readouterr().err
     with pytest.raises(ValueError, match="one log per result"):
         result_files.read_grid([path], ["a.log", "b.log"])
@@ -427,7 +443,14 @@ def test_throughput_windows_are_one_cell(tmp_path):
     ]
     out = tmp_path / "out"
     argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path))]
-    argv += ["--summary", str(out / "s.csv"), "--curves", str(out / "c.csv")]
+    argv += [
+        "--foreign-cpu-limit",
+        "1",
+        "--summary",
+        str(out / "s.csv"),
+        "--curves",
+        str(out / "c.csv"),
+    ]
     assert aggregate.main(argv) == 0
     summary = pd.read_csv(out / "s.csv", dtype={"samples_per_s_windows": str})
     assert summary["samples_per_s_windows"].tolist() == ["990.5;1000.0;1012.25", "2000.0"]
@@ -462,7 +485,14 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
     out = tmp_path / "out"
     argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path)), "--allow-missing"]
     argv += ["--log-dir", str(log_dir)]
-    argv += ["--summary", str(out / "s.csv"), "--curves", str(out / "c.csv")]
+    argv += [
+        "--foreign-cpu-limit",
+        "1",
+        "--summary",
+        str(out / "s.csv"),
+        "--curves",
+        str(out / "c.csv"),
+    ]
     assert aggregate.main(argv) == 0
 
     summary, curves = pd.read_csv(out / "s.csv"), pd.read_csv(out / "c.csv")
