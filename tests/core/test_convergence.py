@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from batchscope.bench import training
 from batchscope.core import convergence as cv
 from batchscope.core import schedules
-from batchscope.core.stats import t_critical
+from batchscope.core.stats import t_quantile
 
 # ---------------------------------------------------------------- learning-rate scaling
 
@@ -262,11 +262,11 @@ def test_steps_to_target_needs_exactly_one_target():
         cv.steps_to_target(_curve([0.5]), target_accuracy=0.5, target_loss=0.5)
 
 
-def test_t_critical_matches_tables():
+def test_t_quantile_matches_tables():
     table = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 30: 2.042}
     for df, value in table.items():
-        assert t_critical(df) == pytest.approx(value, abs=1e-3)
-    assert t_critical(5, 0.90) == pytest.approx(2.015, abs=1e-3)
+        assert t_quantile(0.975, df) == pytest.approx(value, abs=1e-3)
+    assert t_quantile(0.95, 5) == pytest.approx(2.015, abs=1e-3)
 
 
 def _reached(steps):
