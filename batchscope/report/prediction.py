@@ -361,6 +361,12 @@ def document_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _flag_set(rows: pd.DataFrame) -> list[str]:
+    """Every batch size's flags, each once (the phrases are joined by "; ")."""
+    phrases = ";".join(rows["flags"].dropna().astype(str)).split(";")
+    return sorted({phrase.strip() for phrase in phrases} - {""})
+
+
 def document_notes(rows: pd.DataFrame) -> list[str]:
     """The prediction's fit, cross-check and caveats, one line each."""
     first = rows.iloc[0]
@@ -370,13 +376,12 @@ def document_notes(rows: pd.DataFrame) -> list[str]:
     b_noise = _cell(first["b_noise"], first["b_noise_low"], first["b_noise_high"])
     lines = [
         f"Fit S(B) = S_min (1 + B_noise/B): S_min {s_min} steps, B_noise {b_noise} samples "
-        "(95% bootstrap over seeds).",
+        "(95% bootstrap).",
         str(first["note"]),
         f"Compute the prediction spent: {first['device_seconds']:.0f} device-seconds (every run's "
         "wall_s).",
     ]
-    flags = sorted(set(";".join(rows["flags"].dropna().astype(str)).split(";")) - {""})
-    lines += [f"Flag: {flag.strip()}." for flag in flags]
+    lines += [f"Flag: {flag}." for flag in _flag_set(rows)]
     return lines
 
 
@@ -498,8 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         plt.close(fig)
     for _model, rows in table.groupby("model", sort=True):
         print(f"{_model}: {best_line(rows)}")
-        for flag in sorted(set(";".join(rows["flags"].dropna().astype(str)).split(";")) - {""}):
-            print(f"  flag: {flag.strip()}")
+        for flag in _flag_set(rows):
+            print(f"  flag: {flag}")
         note = rows["note"].dropna()
         if len(note):
             print(f"  {note.iloc[0]}")
