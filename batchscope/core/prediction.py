@@ -262,8 +262,9 @@ def predict(
 
     ``calibration_steps`` maps each calibration (effective) batch size to its seeds' steps to the
     target (every seed must have reached it): two sizes or more, the two-point fit; one, the
-    noise-scale pin, with ``noise`` the short runs' unbiased (|G|², tr Σ) measurements (their
-    ratio of sums is B_noise). ``speeds`` maps every batch size to its seeds' samples_per_s.
+    noise-scale pin, with ``noise`` the short runs' unbiased (|G|², tr Σ) measurements or their
+    sums per run (the ratio of sums is B_noise; the bootstrap resamples these entries, so per-run
+    sums resample runs). ``speeds`` maps every batch size to its seeds' samples_per_s.
     Raises ``PredictionError`` (one line) when no prediction can be made.
     """
     cal = sorted(calibration_steps)

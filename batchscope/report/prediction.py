@@ -83,8 +83,10 @@ COLUMNS = [
 LATE_SHARE = 1 / 3
 
 
-def _g2_trace(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Unbiased (|G|², tr Σ) of each noise measurement in ``rows`` (McCandlish et al. A.1)."""
+def _g2_trace(rows: pd.DataFrame, *, by_run: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Unbiased (|G|², tr Σ) of each noise measurement in ``rows`` (McCandlish et al. A.1), or
+    with ``by_run`` their sums per run (batch × seed): the same pooled ratio, but a bootstrap
+    over them resamples runs, whose measurements are correlated, not single measurements."""
     need = ["noise_sq_small", "noise_sq_big", "noise_scale_batch_small", "noise_scale_batch_big"]
     if rows.empty or any(c not in rows for c in need):
         return np.array([]), np.array([])
@@ -93,6 +95,9 @@ def _g2_trace(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     small, big = data["noise_scale_batch_small"], data["noise_scale_batch_big"]
     g2 = (big * data["noise_sq_big"] - small * data["noise_sq_small"]) / (big - small)
     trace = (data["noise_sq_small"] - data["noise_sq_big"]) / (1.0 / small - 1.0 / big)
+    if by_run:
+        runs = [rows.loc[data.index, key] for key in ("batch", "seed")]
+        g2, trace = g2.groupby(runs).sum(), trace.groupby(runs).sum()
     return g2.to_numpy(float), trace.to_numpy(float)
 
 
@@ -258,14 +263,14 @@ def _model_rows(
         if b in rows and (b in cal or not own):
             rows[b].update(values)
     early_rows, late_rows = _noise_rows(curves, ok, cal, predict_steps)
-    early_g2_trace = _g2_trace(early_rows)
-    early = core.pooled_noise_scale(*early_g2_trace)
+    early = core.pooled_noise_scale(*_g2_trace(early_rows))
     try:
         if calibration == "two_point" and len(cal) < 2:
             raise core.PredictionError("the sweep has fewer than two batch sizes to calibrate on")
         steps = _calibration_steps(runs, cal)
         speeds = {b: _speeds(ok[ok["batch"] == b]) for b in batches}
-        result = core.predict(steps, speeds, noise=early_g2_trace if len(cal) == 1 else None)
+        noise = _g2_trace(early_rows, by_run=True) if len(cal) == 1 else None
+        result = core.predict(steps, speeds, noise=noise)
     except core.PredictionError as exc:
         for row in rows.values():
             row["note"] = f"no prediction: {exc}"
