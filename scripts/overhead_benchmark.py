@@ -73,7 +73,6 @@ import json
 import math
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -81,6 +80,8 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from sweeps import run_sweep, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,14 +129,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.warmup < 0 or args.num_workers < 0:
         p.error("--warmup and --num-workers must not be negative")
     return args
-
-
-def subprocess_env() -> dict[str, str]:
-    """This checkout first on PYTHONPATH, this interpreter's bin first on PATH (as `make`)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
 
 
 def median(values) -> float:
@@ -541,23 +534,6 @@ def tsv_seconds(path: Path) -> float | None:
     return float(dict(zip(header.split("\t"), first.split("\t"), strict=False))["s"])
 
 
-def run_sweep(args: argparse.Namespace) -> tuple[Path, float]:
-    folder = Path(tempfile.mkdtemp(prefix="batchscope-sweep-"))
-    env = subprocess_env()
-    snakemake = shutil.which("snakemake", path=env["PATH"]) or "snakemake"
-    cmd = [snakemake, "-s", str(REPO / "Snakefile"), "--directory", str(folder)]
-    cmd += ["--cores", str(args.cores)]
-    print(f"running the default sweep: {' '.join(cmd)}", flush=True)
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if done.returncode != 0:
-        print("\n".join(done.stderr.strip().splitlines()[-20:]))
-        raise SystemExit(f"the sweep failed (exit {done.returncode}); its folder: {folder}")
-    print(f"sweep done in {elapsed:.1f} s (the whole snakemake command); folder kept: {folder}")
-    return folder, elapsed
-
-
 def sweep_vs_work(folder: Path, command_s: float | None) -> dict:
     found = newest_log_with_jobs(folder)
     if found is None:
@@ -815,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
         command_s = None
         folder = args.sweep
         if args.run_sweep:
-            folder, command_s = run_sweep(args)
+            folder, command_s = run_sweep("default", args.cores)
         sw = sweep_vs_work(folder.resolve(), command_s)
         ok = sw["ratio"] <= SWEEP_GOAL
         table.append(("sweep wall / the jobs' own work", f"{sw['ratio']:.2f}", sweep_goal, ok))

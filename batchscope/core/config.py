@@ -222,6 +222,15 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             f"config key train.predict_steps: {train['predict_steps']} leaves no step "
             f"to measure after measure.warmup_steps={warmup}"
         )
+    if (
+        train["predict"]
+        and train["predict_calibration"] == "noise_scale"
+        and train.get("noise_scale_every_steps") is None
+    ):
+        raise ConfigError(
+            "config key train.predict_calibration: noise_scale takes B_noise from the short "
+            "runs' noise scale: set train.noise_scale_every_steps (or use two_point)"
+        )
     if train["validate"] is False:
         for key in ("target_accuracy", "target_loss", "eval_every_samples"):
             if train.get(key) is not None:

@@ -1,24 +1,34 @@
-"""Goodput prediction from short runs: steps and seconds to a target at every batch size, from
-full-length runs at only two of them.
+"""Goodput prediction from short runs: steps and seconds to the target at every batch size, from
+a full-length run at one batch size (or two).
 
 McCandlish et al. 2018 model the steps to a target as S(B) = S_min (1 + B_noise/B), that is
-S = S_min + E_min/B with E_min = S_min·B_noise: a straight line in 1/B. Two unknowns, so
-full-length runs to the target at two batch sizes pin it; ``calibration_sizes`` picks the
-smallest and the largest of the grid, the widest lever arm on the slope E_min, so that every
-other batch size of the grid is an interpolation. Every batch size gets a short run, which
-measures its throughput (samples_per_s) and the gradient noise scale B_simple early in training.
+S = S_min + E_min/B with E_min = S_min·B_noise: a straight line in 1/B with two unknowns. Every
+batch size gets a short run, which measures its throughput (samples_per_s) and the gradient
+noise scale B_simple early in training. ``train.predict_calibration`` says how the two unknowns
+are pinned (``calibration_sizes``):
+
+- ``noise_scale``: B_noise is the short runs' pooled B_simple (Pollux's estimate of it), so ONE
+  full-length run size pins S_min = S(B_c)/(1 + B_noise/B_c). B_c is the grid's geometric
+  middle (the size nearest √(smallest·largest)), which halves the extrapolation on either side
+  in log terms; one size is the fewest that can pin S_min, since no short run reaches the target.
+- ``two_point``: full-length runs at the smallest and the largest size fit the line by least
+  squares, the widest lever arm on the slope, so every other size is an interpolation. It does
+  not trust B_simple (which is known to grow during training), at the price of two full-length
+  sizes, one of them the slowest to reach the target.
+
 Then, per batch size B (the effective batch: micro-batch × accumulation, the samples per update),
 
     steps(B)   = S_min (1 + B_noise/B)
     seconds(B) = steps(B) · B / samples_per_s(B)
 
-with 95% intervals from a bootstrap over seeds (each calibration size's steps and each batch
-size's throughput resampled with replacement, the line refitted).
+with 95% intervals from a bootstrap: each calibration size's seeds, each batch size's throughput
+and (``noise_scale``) the noise measurements are resampled with replacement and the curve refit.
 
-The cross-check is Pollux's statistical efficiency (Qiao et al. 2021) relative to a base batch
-B0, E(B) = (B_noise + B0)/(B_noise + B), with B_noise read from the short runs' B_simple instead
-of the fit: it says samples(B) = samples(B0)/E(B), hence the same curve through the measured
-steps at B0. The two estimates of B_noise should agree; ``cross_check`` says so in one line.
+The cross-check of ``two_point`` is Pollux's statistical efficiency (Qiao et al. 2021) relative
+to a base batch B0, E(B) = (B_noise + B0)/(B_noise + B), with B_noise read from the short runs'
+B_simple instead of the fit; ``cross_check`` says in one line whether the two agree. Under
+``noise_scale`` the prediction *is* that curve, so the check is the drift flag (B_simple early
+vs late in the calibration run) and, where it matters, a ``two_point`` run.
 
 Plain NumPy: no torch, no pandas.
 """
@@ -38,16 +48,28 @@ BOOTSTRAP_SEED = 0
 #: A batch size more than this factor outside the calibrated range is flagged as extrapolated.
 EXTRAPOLATION_FACTOR = 2.0
 
+#: train.predict_calibration's values (the schema holds the default).
+STRATEGIES = ("noise_scale", "two_point")
+
 
 class PredictionError(ValueError):
     """A prediction that cannot be made; the message is one line saying why."""
 
 
-def calibration_sizes(batch_sizes: Sequence[int]) -> tuple[int, ...]:
-    """The batch sizes that get full-length runs: the smallest and the largest (all of them when
-    there are fewer than two distinct sizes)."""
+def calibration_sizes(batch_sizes: Sequence[int], strategy: str) -> tuple[int, ...]:
+    """The batch sizes that get full-length runs under ``strategy``: ``two_point``, the smallest
+    and the largest; ``noise_scale``, the one nearest the geometric middle √(smallest·largest)
+    (in log distance; on a tie the larger, which needs fewer updates). A grid of one size
+    calibrates on it."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown calibration strategy {strategy!r}")
     sizes = sorted({int(b) for b in batch_sizes})
-    return tuple(sizes) if len(sizes) <= 2 else (sizes[0], sizes[-1])
+    if len(sizes) <= 1:
+        return tuple(sizes)
+    if strategy == "two_point":
+        return (sizes[0], sizes[-1])
+    middle = math.sqrt(sizes[0] * sizes[-1])
+    return (min(sizes, key=lambda b: (abs(math.log(b / middle)), -b)),)
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,15 @@ def fit_line(batch_sizes: Sequence[float], steps: Sequence[float]) -> Line:
             "<= 0"
         )
     return Line(s_min=float(intercept), b_noise=float(slope / intercept))
+
+
+def pin_line(batch: float, steps: float, b_noise: float) -> Line:
+    """The curve with a known B_noise through one point: S_min = S(B_c)/(1 + B_noise/B_c)."""
+    if not (batch > 0 and math.isfinite(steps) and steps > 0):
+        raise PredictionError("the calibration needs positive, finite steps to the target")
+    if not (math.isfinite(b_noise) and b_noise >= 0):
+        raise PredictionError(f"the short runs' B_simple ({b_noise:.3g}) is not a noise scale")
+    return Line(s_min=steps / (1.0 + b_noise / batch), b_noise=float(b_noise))
 
 
 def _interval(values: np.ndarray) -> tuple[float, float] | None:
@@ -128,89 +159,157 @@ class Prediction:
         return next(p for p in self.batches if p.batch == batch)
 
 
+@dataclass(frozen=True)
+class _Calibrated:
+    """The curve and its bootstrap resamples (NaN where a resample admitted no curve)."""
+
+    line: Line
+    s_min: np.ndarray
+    b_noise: np.ndarray
+    resampled: bool
+    failed: int
+
+
+def _resampled_means(values: Sequence[np.ndarray], resamples: int, rng) -> np.ndarray:
+    """(resamples × len(values)): each column the means of one sample resampled with
+    replacement."""
+    return np.column_stack(
+        [v[rng.integers(0, len(v), size=(resamples, len(v)))].mean(axis=1) for v in values]
+    )
+
+
+def _calibrate(
+    cal: list[int],
+    cal_values: list[np.ndarray],
+    noise: tuple[Sequence[float], Sequence[float]] | None,
+    resamples: int,
+    rng,
+) -> _Calibrated:
+    """The two-point fit (two calibration sizes or more) or the noise-scale pin (one)."""
+    boot_s_min, boot_b_noise = np.full(resamples, np.nan), np.full(resamples, np.nan)
+    if len(cal) >= 2:
+        line = fit_line(cal, [v.mean() for v in cal_values])
+        resampled = any(len(v) > 1 for v in cal_values)
+        means = _resampled_means(cal_values, resamples, rng) if resampled else []
+
+        def fit(r: int) -> Line:
+            return fit_line(cal, means[r])
+
+    else:
+        g2, trace = _noise_arrays(noise)
+        line = pin_line(cal[0], float(cal_values[0].mean()), float(trace.sum() / g2.sum()))
+        resampled = len(cal_values[0]) > 1 or len(g2) > 1
+        steps = _resampled_means(cal_values, resamples, rng)[:, 0]
+        idx = rng.integers(0, len(g2), size=(resamples, len(g2)))
+        g_sum, t_sum = g2[idx].sum(axis=1), trace[idx].sum(axis=1)
+        b_simple = np.where(g_sum > 0, t_sum / np.where(g_sum > 0, g_sum, 1.0), np.nan)
+
+        def fit(r: int) -> Line:
+            return pin_line(cal[0], steps[r], b_simple[r])
+
+    failed = 0
+    for r in range(resamples if resampled else 0):
+        try:
+            fitted = fit(r)
+        except PredictionError:
+            failed += 1
+            continue
+        boot_s_min[r], boot_b_noise[r] = fitted.s_min, fitted.b_noise
+    return _Calibrated(line, boot_s_min, boot_b_noise, resampled, failed)
+
+
+def _noise_arrays(
+    noise: tuple[Sequence[float], Sequence[float]] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The finite (|G|², tr Σ) measurements; PredictionError when they give no B_simple."""
+    if noise is None:
+        raise PredictionError(
+            "one calibration batch size needs the short runs' noise scale, and none was given"
+        )
+    g2, trace = (np.asarray(a, dtype=float) for a in noise)
+    keep = np.isfinite(g2) & np.isfinite(trace)
+    g2, trace = g2[keep], trace[keep]
+    if len(g2) == 0 or g2.sum() <= 0:
+        raise PredictionError(
+            "the short runs measured no usable noise scale (none, or noise swamps |G|^2): "
+            "set train.noise_scale_every_steps, or train.predict_calibration: two_point"
+        )
+    return g2, trace
+
+
+def _best(
+    batches: list[int], seconds: np.ndarray, boot_seconds: np.ndarray, resampled: bool
+) -> tuple[int, tuple[int, ...]]:
+    """The batch with the fewest predicted seconds, and those best in ≥ 2.5% of resamples."""
+    best = int(batches[int(np.argmin(seconds))])
+    ok = np.all(np.isfinite(boot_seconds), axis=1)
+    if not (resampled and ok.any()):
+        return best, (best,)
+    winners = np.asarray(batches)[np.argmin(boot_seconds[ok], axis=1)]
+    share = {int(b): float(np.mean(winners == b)) for b in batches}
+    return best, tuple(b for b in batches if share[b] >= (1 - CONFIDENCE) / 2 or b == best)
+
+
 def predict(
     calibration_steps: Mapping[int, Sequence[float]],
     speeds: Mapping[int, Sequence[float]],
     *,
+    noise: tuple[Sequence[float], Sequence[float]] | None = None,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> Prediction:
     """Steps and seconds to the target at every batch size of ``speeds``.
 
     ``calibration_steps`` maps each calibration (effective) batch size to its seeds' steps to the
-    target (every seed must have reached it); ``speeds`` maps every batch size to its seeds'
-    samples_per_s. Raises ``PredictionError`` (one line) when no prediction can be made.
+    target (every seed must have reached it): two sizes or more, the two-point fit; one, the
+    noise-scale pin, with ``noise`` the short runs' unbiased (|G|², tr Σ) measurements or their
+    sums per run (the ratio of sums is B_noise; the bootstrap resamples these entries, so per-run
+    sums resample runs). ``speeds`` maps every batch size to its seeds' samples_per_s.
+    Raises ``PredictionError`` (one line) when no prediction can be made.
     """
     cal = sorted(calibration_steps)
     cal_values = [np.asarray(calibration_steps[b], dtype=float) for b in cal]
-    if any(len(v) == 0 for v in cal_values):
+    if not cal or any(len(v) == 0 for v in cal_values):
         raise PredictionError("a calibration batch size has no run that reached the target")
-    line = fit_line(cal, [v.mean() for v in cal_values])
     batches = sorted(speeds)
     speed_values = [np.asarray(speeds[b], dtype=float) for b in batches]
     for b, v in zip(batches, speed_values, strict=True):
         if len(v) == 0 or not np.all(np.isfinite(v) & (v > 0)):
             raise PredictionError(f"batch size {b}: no measured samples_per_s")
+    rng = np.random.default_rng(seed)
+    fitted = _calibrate(cal, cal_values, noise, resamples, rng)
     b_arr = np.asarray(batches, dtype=float)
     mean_speed = np.array([v.mean() for v in speed_values])
-    steps = np.asarray(line.steps(b_arr))
+    steps = np.asarray(fitted.line.steps(b_arr))
     seconds = steps * b_arr / mean_speed
-
-    rng = np.random.default_rng(seed)
-    can_resample = any(len(v) > 1 for v in cal_values)
-    boot_steps = np.full((resamples, len(batches)), np.nan)
-    boot_speed = np.column_stack(
-        [v[rng.integers(0, len(v), size=(resamples, len(v)))].mean(axis=1) for v in speed_values]
-    )
-    boot_s_min = np.full(resamples, np.nan)
-    boot_b_noise = np.full(resamples, np.nan)
-    failed = 0
-    if can_resample:
-        cal_means = np.column_stack(
-            [v[rng.integers(0, len(v), size=(resamples, len(v)))].mean(axis=1) for v in cal_values]
-        )
-        for r in range(resamples):
-            try:
-                fitted = fit_line(cal, cal_means[r])
-            except PredictionError:
-                failed += 1
-                continue
-            boot_s_min[r], boot_b_noise[r] = fitted.s_min, fitted.b_noise
-            boot_steps[r] = fitted.steps(b_arr)
-    boot_seconds = boot_steps * b_arr / boot_speed
+    boot_steps = fitted.s_min[:, None] * (1.0 + fitted.b_noise[:, None] / b_arr[None, :])
+    boot_seconds = boot_steps * b_arr / _resampled_means(speed_values, resamples, rng)
+    ok = fitted.resampled
     per_batch = tuple(
         BatchPrediction(
             batch=int(b),
             steps=float(steps[k]),
-            steps_interval=_interval(boot_steps[:, k]) if can_resample else None,
+            steps_interval=_interval(boot_steps[:, k]) if ok else None,
             samples_per_s=float(mean_speed[k]),
             seconds=float(seconds[k]),
-            seconds_interval=_interval(boot_seconds[:, k]) if can_resample else None,
+            seconds_interval=_interval(boot_seconds[:, k]) if ok else None,
         )
         for k, b in enumerate(batches)
     )
-    best = int(batches[int(np.argmin(seconds))])
-    best_set: tuple[int, ...] = (best,)
-    ok = np.all(np.isfinite(boot_seconds), axis=1)
-    if can_resample and ok.any():
-        winners = np.asarray(batches)[np.argmin(boot_seconds[ok], axis=1)]
-        share = {int(b): float(np.mean(winners == b)) for b in batches}
-        best_set = tuple(b for b in batches if share[b] >= (1 - CONFIDENCE) / 2 or b == best)
-    notes = []
-    if not can_resample:
-        notes.append("one seed per calibration batch size: no intervals")
-    if failed:
-        notes.append(f"{failed} of {resamples} bootstrap resamples admitted no curve")
+    best, best_set = _best(batches, seconds, boot_seconds, ok)
+    notes = [] if ok else ["one seed per calibration batch size: no intervals"]
+    if fitted.failed:
+        notes.append(f"{fitted.failed} of {resamples} bootstrap resamples admitted no curve")
     return Prediction(
-        line=line,
-        s_min_interval=_interval(boot_s_min) if can_resample else None,
-        b_noise_interval=_interval(boot_b_noise) if can_resample else None,
+        line=fitted.line,
+        s_min_interval=_interval(fitted.s_min) if ok else None,
+        b_noise_interval=_interval(fitted.b_noise) if ok else None,
         calibration=tuple(int(b) for b in cal),
         batches=per_batch,
         best=best,
         best_set=best_set,
-        resamples=resamples if can_resample else 0,
-        failed_resamples=failed,
+        resamples=resamples if ok else 0,
+        failed_resamples=fitted.failed,
         notes=tuple(notes),
     )
 
@@ -272,8 +371,15 @@ def overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> boo
 
 
 def cross_check(prediction: Prediction, early: NoiseEstimate | None) -> str:
-    """One line: does the fit's B_noise agree with the short runs' B_simple?"""
+    """One line: does the fit's B_noise agree with the short runs' B_simple? (Under the
+    noise-scale calibration B_noise is B_simple, so there is nothing to compare.)"""
     fit = prediction.line.b_noise
+    if len(prediction.calibration) == 1:
+        return (
+            f"B_noise is the short runs' B_simple {fit:.3g} {_text(prediction.b_noise_interval)}"
+            " (noise_scale calibration; train.predict_calibration: two_point fits it from the "
+            "steps instead)."
+        )
     if early is None:
         return "Cross-check: no noise scale measured in the short runs."
     text = (
@@ -312,7 +418,8 @@ def flags(
     factor = extrapolation_factor(batch, calibration)
     if factor > EXTRAPOLATION_FACTOR:
         low, high = min(calibration), max(calibration)
-        out.append(f"extrapolated x{factor:.3g} beyond the calibrated {low}-{high}")
+        where = f"the calibrated {low}-{high}" if low != high else f"the calibration size {low}"
+        out.append(f"extrapolated x{factor:.3g} beyond {where}")
     if schedule:
         out.append(f"schedule changes with the batch ({schedule})")
     if batchnorm:

@@ -382,7 +382,7 @@ def noise_figure(
         return placeholder_figure(NO_NOISE, title)
     fig, axes = _subplots(len(panels))
     for ax, (report, history) in zip(axes, panels, strict=True):
-        _draw_noise_history(ax, history)
+        drawn = _draw_noise_history(ax, history)
         if report.knee is not None and report.knee.b_noise is not None:
             ax.axhline(
                 report.knee.b_noise,
@@ -391,7 +391,8 @@ def noise_figure(
                 lw=1.5,
                 label=f"knee B_noise ≈ {report.knee.b_noise:.0f}",
             )
-        ax.set_yscale("log")
+        if drawn:  # a log axis needs a positive value (a run of a few updates may have none)
+            ax.set_yscale("log")
         ax.set_xlabel("samples seen")
         ax.set_ylabel("B_simple (samples)")
         ax.set_title(report.title, fontsize=10)
@@ -400,11 +401,14 @@ def noise_figure(
     return fig
 
 
-def _draw_noise_history(ax, history: dict[int, pd.DataFrame]) -> None:
-    """Each batch size's binned B_simple (``noise_history``) as a line with its 95% band."""
+def _draw_noise_history(ax, history: dict[int, pd.DataFrame]) -> bool:
+    """Each batch size's binned B_simple (``noise_history``) as a line with its 95% band;
+    whether any positive value was drawn."""
     palette = _palette(list(history))
+    drawn = False
     for batch, h in history.items():
         shown = h[np.isfinite(h["b_simple"]) & (h["b_simple"] > 0)]
+        drawn = drawn or not shown.empty
         ax.plot(
             shown["samples_seen"],
             shown["b_simple"],
@@ -422,6 +426,7 @@ def _draw_noise_history(ax, history: dict[int, pd.DataFrame]) -> None:
             color=palette[batch],
             alpha=0.12,
         )
+    return drawn
 
 
 def all_figures(

@@ -1,16 +1,18 @@
 """``train.predict``: steps and seconds to the target at every batch size, from short runs at
-every batch size and full-length runs at the smallest and the largest (the calibration sizes).
+every batch size and full-length runs at the calibration size(s) (``train.predict_calibration``).
 
 The math is ``batchscope.core.prediction``; this module reads the sweep's ``summary.csv`` and
 ``curves.csv``, writes ``results/convergence/prediction.csv`` (one row per mode × model × batch
 size, see docs/results.md) and ``convergence_prediction.png``. Per mode × model (training runs
 of one DataLoader worker count):
 
-- calibration: the smallest and the largest effective batch size; every seed there must have
-  reached the target, else the prediction is one line saying so (``note``), never a guess;
+- calibration: ``core.calibration_sizes`` (the geometric middle under ``noise_scale``, the
+  smallest and the largest under ``two_point``); every seed there must have reached the target,
+  else the prediction is one line saying so (``note``), never a guess;
 - samples_per_s: the mean over each batch size's ok runs (short or full);
-- B_simple early: the noise measurements of every run up to ``predict_steps`` updates, pooled;
-  late: those of the calibration runs in the last third of their steps (the drift flag);
+- B_simple early: the noise measurements of every run up to ``predict_steps`` updates, pooled
+  (under ``noise_scale`` it is B_noise); late: those of the calibration runs in the last third
+  of their steps (the drift flag);
 - device_seconds: the ``wall_s`` of every run the prediction used;
 - measured: seconds and steps to the target where every seed of a batch size reached it
   (the calibration runs here, or every batch size of ``--measured``, another sweep's summary).
@@ -19,7 +21,8 @@ Command line::
 
     python -m batchscope.report.prediction --summary results/summary.csv \\
         --curves results/curves.csv --output results/convergence/prediction.csv \\
-        --figure results/convergence/convergence_prediction.png [--measured other/summary.csv]
+        --figure results/convergence/convergence_prediction.png --predict-steps 60 \\
+        --calibration noise_scale [--measured other/summary.csv]
 
 Plain pandas and matplotlib, never torch.
 """
@@ -76,14 +79,14 @@ COLUMNS = [
     "note",
 ]
 
-DEFAULT_PREDICT_STEPS = 60
-
 #: The share of a full run's steps at its end whose noise measurements count as "late".
 LATE_SHARE = 1 / 3
 
 
-def _g2_trace(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Unbiased (|G|², tr Σ) of each noise measurement in ``rows`` (McCandlish et al. A.1)."""
+def _g2_trace(rows: pd.DataFrame, *, by_run: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Unbiased (|G|², tr Σ) of each noise measurement in ``rows`` (McCandlish et al. A.1), or
+    with ``by_run`` their sums per run (batch × seed): the same pooled ratio, but a bootstrap
+    over them resamples runs, whose measurements are correlated, not single measurements."""
     need = ["noise_sq_small", "noise_sq_big", "noise_scale_batch_small", "noise_scale_batch_big"]
     if rows.empty or any(c not in rows for c in need):
         return np.array([]), np.array([])
@@ -92,6 +95,9 @@ def _g2_trace(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     small, big = data["noise_scale_batch_small"], data["noise_scale_batch_big"]
     g2 = (big * data["noise_sq_big"] - small * data["noise_sq_small"]) / (big - small)
     trace = (data["noise_sq_small"] - data["noise_sq_big"]) / (1.0 / small - 1.0 / big)
+    if by_run:
+        runs = [rows.loc[data.index, key] for key in ("batch", "seed")]
+        g2, trace = g2.groupby(runs).sum(), trace.groupby(runs).sum()
     return g2.to_numpy(float), trace.to_numpy(float)
 
 
@@ -149,83 +155,64 @@ def _measured(frame: pd.DataFrame) -> dict[int, dict[str, float]]:
     return out
 
 
-def _model_rows(
-    model_runs: pd.DataFrame,
-    curves: pd.DataFrame | None,
-    *,
-    predict_steps: int,
-    lr_decay: str | None,
-    measured: dict[int, dict[str, float]],
-    own: bool = True,
-) -> list[dict[str, Any]]:
-    """prediction.csv's rows for one mode × model."""
-    mode, model = model_runs["mode"].iloc[0], model_runs["model"].iloc[0]
-    runs = model_runs[model_runs["num_workers"] == chosen_workers(model_runs)]
-    batches = sorted(int(b) for b in runs["batch"].unique())
-    cal = core.calibration_sizes(batches)
-    ok = runs[runs["status"] == "ok"]
-    device_s = float(pd.to_numeric(runs.get("wall_s"), errors="coerce").sum())
-    base = {"mode": mode, "model": model, "device_seconds": device_s, "predicted_best": False}
-    rows = {b: dict(base, batch_size=b, calibration=b in cal) for b in batches}
-    for b, values in measured.items():
-        # this sweep's short runs stop before the target by design: only its full-length runs
-        # (or another sweep's, ``own`` False) measure steps to it
-        if b in rows and (b in cal or not own):
-            rows[b].update(values)
-
-    def fail(reason: str) -> list[dict[str, Any]]:
-        for row in rows.values():
-            row["note"] = f"no prediction: {reason}"
-        return list(rows.values())
-
-    if len(cal) < 2:
-        return fail("the sweep has fewer than two batch sizes to calibrate on")
+def _calibration_steps(runs: pd.DataFrame, cal: Sequence[int]) -> dict[int, list[float]]:
+    """Each calibration size's seeds' steps to the target; PredictionError when a seed missed
+    it (the prediction is then one line, never a guess)."""
     steps: dict[int, list[float]] = {}
     for b in cal:
         group = runs[runs["batch"] == b]
         missed = int((~(group["reached"] & (group["status"] == "ok"))).sum())
         if missed:
-            return fail(
+            raise core.PredictionError(
                 f"{missed} of {len(group)} calibration runs at batch {b} did not reach the target"
             )
         steps[b] = group["steps_to_target"].astype(float).tolist()
-    speeds = {b: _speeds(ok[ok["batch"] == b]) for b in batches}
-    try:
-        result = core.predict(steps, speeds)
-    except core.PredictionError as exc:
-        return fail(str(exc))
+    return steps
 
+
+def _noise_rows(
+    curves: pd.DataFrame | None, ok: pd.DataFrame, cal: Sequence[int], predict_steps: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The noise measurements early (every run's first ``predict_steps`` updates) and late (the
+    calibration runs' last third, past ``predict_steps``)."""
     run_rows = _run_curves(curves, ok)
-    early = late = None
-    if not run_rows.empty:
-        early = core.pooled_noise_scale(*_g2_trace(run_rows[run_rows["step"] <= predict_steps]))
-        full = run_rows[run_rows["batch"].isin(cal)]
-        last = full.groupby(["batch", "seed"])["step"].transform("max")
-        late_rows = full[full["step"] > last * (1 - LATE_SHARE)]
-        late_rows = late_rows[late_rows["step"] > predict_steps]
-        late = core.pooled_noise_scale(*_g2_trace(late_rows))
-    drift = core.drift_flag(early, late)
-    schedule = schedule_text(ok, lr_decay)
+    if run_rows.empty:
+        return run_rows, run_rows
+    early = run_rows[run_rows["step"] <= predict_steps]
+    full = run_rows[run_rows["batch"].isin(cal)]
+    last = full.groupby(["batch", "seed"])["step"].transform("max")
+    late = full[full["step"] > last * (1 - LATE_SHARE)]
+    return early, late[late["step"] > predict_steps]
+
+
+def _caveats(ok: pd.DataFrame, lr_decay: str | None) -> dict[str, Any]:
+    """The schedule and BatchNorm flags' inputs."""
     batchnorm = None
     if "batchnorm_layers" in ok:
         layers = pd.to_numeric(ok["batchnorm_layers"], errors="coerce")
         batchnorm = bool(layers.notna().any() and layers.max() > 0)
-    check = core.cross_check(result, early)
-    base_batch = cal[0]
-    base_steps = float(np.mean(steps[base_batch]))
+    return {"schedule": schedule_text(ok, lr_decay), "batchnorm": batchnorm}
+
+
+def _fill(
+    rows: dict[int, dict[str, Any]],
+    result: core.Prediction,
+    early: core.NoiseEstimate | None,
+    *,
+    base_steps: float,
+    caveats: dict[str, Any],
+    notes: list[str],
+) -> None:
+    """Write the prediction into each batch size's row."""
+    cal = result.calibration
     s_low, s_high = result.s_min_interval or (math.nan, math.nan)
     n_low, n_high = result.b_noise_interval or (math.nan, math.nan)
     e_low, e_high = early.interval if early and early.interval else (math.nan, math.nan)
-    notes = [check, *result.notes]
-    if len(result.best_set) > 1:
-        others = ", ".join(str(b) for b in result.best_set if b != result.best)
-        notes.append(f"The bootstrap also picks {others} as the best in 2.5% or more of resamples.")
     for p in result.batches:
-        row = rows[p.batch]
         st = p.steps_interval or (math.nan, math.nan)
         sec = p.seconds_interval or (math.nan, math.nan)
-        flags = core.flags(p.batch, cal, schedule=schedule, batchnorm=batchnorm, drift=drift)
-        row.update(
+        flags = core.flags(p.batch, cal, **caveats)
+        rows[p.batch].update(
             predicted_steps_to_target=p.steps,
             predicted_steps_low=st[0],
             predicted_steps_high=st[1],
@@ -244,13 +231,58 @@ def _model_rows(
             b_simple_early_low=e_low,
             b_simple_early_high=e_high,
             pollux_steps_to_target=(
-                core.pollux_steps(p.batch, early.value, base_batch, base_steps)
-                if early
-                else math.nan
+                core.pollux_steps(p.batch, early.value, cal[0], base_steps) if early else math.nan
             ),
             flags="; ".join(flags),
             note=" ".join(notes),
         )
+
+
+def _model_rows(
+    model_runs: pd.DataFrame,
+    curves: pd.DataFrame | None,
+    *,
+    predict_steps: int,
+    calibration: str,
+    lr_decay: str | None,
+    measured: dict[int, dict[str, float]],
+    own: bool = True,
+) -> list[dict[str, Any]]:
+    """prediction.csv's rows for one mode × model."""
+    mode, model = model_runs["mode"].iloc[0], model_runs["model"].iloc[0]
+    runs = model_runs[model_runs["num_workers"] == chosen_workers(model_runs)]
+    batches = sorted(int(b) for b in runs["batch"].unique())
+    cal = core.calibration_sizes(batches, calibration)
+    ok = runs[runs["status"] == "ok"]
+    device_s = float(pd.to_numeric(runs.get("wall_s"), errors="coerce").sum())
+    base = {"mode": mode, "model": model, "device_seconds": device_s, "predicted_best": False}
+    rows = {b: dict(base, batch_size=b, calibration=b in cal) for b in batches}
+    for b, values in measured.items():
+        # this sweep's short runs stop before the target by design: only its full-length runs
+        # (or another sweep's, ``own`` False) measure steps to it
+        if b in rows and (b in cal or not own):
+            rows[b].update(values)
+    early_rows, late_rows = _noise_rows(curves, ok, cal, predict_steps)
+    early = core.pooled_noise_scale(*_g2_trace(early_rows))
+    try:
+        if calibration == "two_point" and len(cal) < 2:
+            raise core.PredictionError("the sweep has fewer than two batch sizes to calibrate on")
+        steps = _calibration_steps(runs, cal)
+        speeds = {b: _speeds(ok[ok["batch"] == b]) for b in batches}
+        noise = _g2_trace(early_rows, by_run=True) if len(cal) == 1 else None
+        result = core.predict(steps, speeds, noise=noise)
+    except core.PredictionError as exc:
+        for row in rows.values():
+            row["note"] = f"no prediction: {exc}"
+        return list(rows.values())
+    caveats = _caveats(ok, lr_decay)
+    caveats["drift"] = core.drift_flag(early, core.pooled_noise_scale(*_g2_trace(late_rows)))
+    notes = [core.cross_check(result, early), *result.notes]
+    if len(result.best_set) > 1:
+        others = ", ".join(str(b) for b in result.best_set if b != result.best)
+        notes.append(f"The bootstrap also picks {others} as the best in 2.5% or more of resamples.")
+    base_steps = float(np.mean(steps[cal[0]]))
+    _fill(rows, result, early, base_steps=base_steps, caveats=caveats, notes=notes)
     return list(rows.values())
 
 
@@ -258,7 +290,8 @@ def predict_frame(
     summary: pd.DataFrame,
     curves: pd.DataFrame | None = None,
     *,
-    predict_steps: int = DEFAULT_PREDICT_STEPS,
+    predict_steps: int,
+    calibration: str,
     lr_decay: str | None = None,
     measured: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
@@ -277,6 +310,7 @@ def predict_frame(
             runs,
             curves,
             predict_steps=predict_steps,
+            calibration=calibration,
             lr_decay=lr_decay,
             measured=_measured(ref) if not ref.empty else {},
             own=measured is None,
@@ -332,6 +366,12 @@ def document_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _flag_set(rows: pd.DataFrame) -> list[str]:
+    """Every batch size's flags, each once (the phrases are joined by "; ")."""
+    phrases = ";".join(rows["flags"].dropna().astype(str)).split(";")
+    return sorted({phrase.strip() for phrase in phrases} - {""})
+
+
 def document_notes(rows: pd.DataFrame) -> list[str]:
     """The prediction's fit, cross-check and caveats, one line each."""
     first = rows.iloc[0]
@@ -341,13 +381,12 @@ def document_notes(rows: pd.DataFrame) -> list[str]:
     b_noise = _cell(first["b_noise"], first["b_noise_low"], first["b_noise_high"])
     lines = [
         f"Fit S(B) = S_min (1 + B_noise/B): S_min {s_min} steps, B_noise {b_noise} samples "
-        "(95% bootstrap over seeds).",
+        "(95% bootstrap).",
         str(first["note"]),
         f"Compute the prediction spent: {first['device_seconds']:.0f} device-seconds (every run's "
         "wall_s).",
     ]
-    flags = sorted(set(";".join(rows["flags"].dropna().astype(str)).split(";")) - {""})
-    lines += [f"Flag: {flag.strip()}." for flag in flags]
+    lines += [f"Flag: {flag}." for flag in _flag_set(rows)]
     return lines
 
 
@@ -439,8 +478,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--predict-steps",
         type=int,
-        default=DEFAULT_PREDICT_STEPS,
+        required=True,
         help="updates of the short runs (train.predict_steps)",
+    )
+    parser.add_argument(
+        "--calibration",
+        required=True,
+        choices=core.STRATEGIES,
+        help="train.predict_calibration: which full-length runs pin the curve",
     )
     parser.add_argument("--lr-decay", default=None, help="train.lr_decay (the schedule flag)")
     parser.add_argument("--measured", help="another sweep's summary.csv, run to the target")
@@ -449,7 +494,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     curves = pd.read_csv(args.curves, low_memory=False)
     measured = pd.read_csv(args.measured) if args.measured else None
     table = predict_frame(
-        summary, curves, predict_steps=args.predict_steps, lr_decay=args.lr_decay, measured=measured
+        summary,
+        curves,
+        predict_steps=args.predict_steps,
+        calibration=args.calibration,
+        lr_decay=args.lr_decay,
+        measured=measured,
     )
     results.write_text(args.output, table.to_csv(index=False))
     if args.figure:
@@ -458,8 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         plt.close(fig)
     for _model, rows in table.groupby("model", sort=True):
         print(f"{_model}: {best_line(rows)}")
-        for flag in sorted(set(";".join(rows["flags"].dropna().astype(str)).split(";")) - {""}):
-            print(f"  flag: {flag.strip()}")
+        for flag in _flag_set(rows):
+            print(f"  flag: {flag}")
         note = rows["note"].dropna()
         if len(note):
             print(f"  {note.iloc[0]}")

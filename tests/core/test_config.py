@@ -82,7 +82,13 @@ def test_predict_needs_a_target_and_a_short_run_longer_than_the_warmup():
         check(config, SCHEMA)
     assert str(info.value).startswith("config key train.predict: needs train.target_accuracy")
     config["train"]["target_loss"] = 0.5
-    check(config, SCHEMA)  # with a target it is fine
+    # the default calibration (noise_scale) takes B_noise from the short runs' noise scale
+    with pytest.raises(ConfigError) as info:
+        check(config, SCHEMA)
+    assert str(info.value).startswith("config key train.predict_calibration: noise_scale takes")
+    check(dict(config, train={**config["train"], "predict_calibration": "two_point"}), SCHEMA)
+    config["train"]["noise_scale_every_steps"] = 3
+    check(config, SCHEMA)  # with a target and a noise scale it is fine
     config["train"]["predict_steps"] = 3  # the default measure.warmup_steps is 5
     with pytest.raises(ConfigError, match="train.predict_steps: 3 leaves no step to measure"):
         check(config, SCHEMA)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -343,6 +344,21 @@ def test_loss_and_noise_figures():
     noise = figs.noise_figure(reports, summary, curves)
     values = np.concatenate([line.get_ydata() for line in noise.axes[0].get_lines()[:5]])
     assert np.allclose(values, B_NOISE)
+
+
+def test_noise_figure_without_a_positive_b_simple_draws_instead_of_failing():
+    """A few updates can leave only B_simple <= 0 (noise swamps |G|²): a log axis then has
+    nothing to scale and matplotlib raised on saving (a train.predict calibration run of two
+    updates did this)."""
+    summary = sweep()
+    curves = curves_for(summary)
+    curves["noise_sq_small"], curves["noise_sq_big"] = (
+        curves["noise_sq_big"],
+        curves["noise_sq_small"],
+    )
+    fig = figs.noise_figure(cr.analyse(summary), summary, curves)
+    fig.savefig(io.BytesIO(), format="png")
+    assert fig.axes[0].get_yscale() == "linear"
 
 
 def test_noise_history_recovers_b_simple_and_an_interval():

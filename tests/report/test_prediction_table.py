@@ -5,6 +5,9 @@ import pytest
 
 from batchscope.report.prediction import best_line, predict_frame
 
+TWO_POINT = {"predict_steps": 6, "calibration": "two_point"}
+NOISE_SCALE = {"predict_steps": 6, "calibration": "noise_scale"}
+
 
 def _run(batch, seed, *, steps=None, speed=100.0, wall=10.0, batchnorm=0):
     """One training run's summary row; ``steps`` None: a short run, stopped before the target."""
@@ -31,7 +34,7 @@ def _sweep(big_steps=(60, 64, 62), batchnorm=0):
 
 
 def test_predicts_every_batch_size_from_the_two_calibration_sizes():
-    table = predict_frame(_sweep()).set_index("batch_size")
+    table = predict_frame(_sweep(), **TWO_POINT).set_index("batch_size")
     assert table["calibration"].tolist() == [True, False, False, True]
     assert table["note"].str.startswith("no prediction").sum() == 0
     # measured only where runs went to the target: the short runs stop before it
@@ -43,7 +46,7 @@ def test_predicts_every_batch_size_from_the_two_calibration_sizes():
 
 
 def test_a_calibration_run_that_missed_the_target_is_one_line_not_a_guess():
-    table = predict_frame(_sweep(big_steps=(60, None, 62)))
+    table = predict_frame(_sweep(big_steps=(60, None, 62)), **TWO_POINT)
     assert table["predicted_steps_to_target"].isna().all()
     assert not table["predicted_best"].any()
     note = table["note"].iloc[0]
@@ -52,7 +55,7 @@ def test_a_calibration_run_that_missed_the_target_is_one_line_not_a_guess():
 
 
 def test_batchnorm_is_flagged_on_every_batch_size():
-    table = predict_frame(_sweep(batchnorm=2))
+    table = predict_frame(_sweep(batchnorm=2), **TWO_POINT)
     assert table["flags"].str.contains("BatchNorm").all()
 
 
@@ -61,5 +64,49 @@ def test_another_sweeps_measured_runs_fill_every_batch_size():
         [_run(b, s, steps=st) for b, st in ((16, 400), (32, 220), (64, 130), (256, 60))
          for s in range(2)]
     )  # fmt: skip
-    table = predict_frame(_sweep(), measured=measured).set_index("batch_size")
+    table = predict_frame(_sweep(), measured=measured, **TWO_POINT).set_index("batch_size")
     assert table.loc[64, "measured_steps_to_target"] == pytest.approx(130)
+
+
+def _noise_curves(sweep, b_noise, steps=6):
+    """Each run's first ``steps`` updates, with noise measurements whose unbiased |G|² is 1
+    and tr Σ is ``b_noise``: E|G_B|² = |G|² + tr Σ / B at the two noise batch sizes 4 and 16."""
+    rows = [
+        {"mode": "train", "model": "m", "batch_size": r["batch_size"], "accumulation_steps": 1,
+         "num_workers": 0, "seed": r["seed"], "step": step,
+         "noise_sq_small": 1 + b_noise / 4, "noise_sq_big": 1 + b_noise / 16}
+        for r in sweep.to_dict("records") for step in range(1, steps + 1)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _noise_sweep():
+    """Full-length runs at 64 (the geometric middle of 16-256), short runs elsewhere."""
+    rows = [_run(64, s, steps=st) for s, st in enumerate((150, 160, 155))]
+    rows += [_run(b, s, speed=100.0 + b) for b in (16, 32, 256) for s in range(3)]
+    sweep = pd.DataFrame(rows)
+    return sweep.assign(noise_scale_batch_small=4, noise_scale_batch_big=16)
+
+
+def test_noise_scale_calibration_runs_one_size_and_takes_b_noise_from_the_short_runs():
+    sweep = _noise_sweep()
+    table = predict_frame(sweep, _noise_curves(sweep, 48.0), **NOISE_SCALE)
+    table = table.set_index("batch_size")
+    assert table["calibration"].tolist() == [False, False, True, False]
+    assert table["b_noise"].iloc[0] == pytest.approx(48.0)
+    assert table["s_min"].iloc[0] == pytest.approx(155.0 / (1 + 48.0 / 64))
+    assert table.loc[16, "predicted_steps_to_target"] == pytest.approx(
+        155.0 / (1 + 48.0 / 64) * (1 + 48.0 / 16)
+    )
+    assert "extrapolated x4 beyond the calibration size 64" in table.loc[16, "flags"]
+    assert "no prediction" not in table["note"].iloc[0]
+
+
+def test_noise_scale_calibration_without_noise_measurements_is_one_line():
+    table = predict_frame(_noise_sweep(), None, **NOISE_SCALE)
+    assert table["predicted_steps_to_target"].isna().all()
+    assert (
+        table["note"]
+        .iloc[0]
+        .startswith("no prediction: the short runs measured no usable noise scale")
+    )

@@ -1,5 +1,6 @@
-"""train.predict end to end: short runs, two calibration batch sizes, prediction.csv and the
-report, through Snakemake on a tiny synthetic config whose target every run meets at once."""
+"""train.predict end to end with the default calibration (noise_scale): short runs, one
+full-length batch size (the grid's geometric middle), prediction.csv and the report, through
+Snakemake on a tiny synthetic config whose target every run meets at once."""
 
 import json
 
@@ -10,8 +11,8 @@ from tests.workflow.test_workflow import snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
-#: A target any run meets at its first validation (every 16 samples): steps to it fall as the
-#: batch grows, so the calibration sizes 4 and 32 admit a curve.
+#: A target any run meets at its first validation (every 16 samples). The calibration size is 8,
+#: the one nearest sqrt(4·32) = 11.3; 4 and 32 get short runs.
 CONFIG = {
     "dataset": {"name": "synthetic", "channels": 1, "image_size": 12, "num_samples": 512},
     "models": ["small_cnn"],
@@ -42,26 +43,26 @@ def _result(workdir, batch, seed):
 
 def test_short_runs_everywhere_but_the_calibration_sizes(sweep):
     for seed in (0, 1):
-        short = _result(sweep, 8, seed)  # predict_steps updates, not stopped by the target
-        assert short["max_steps"] == 6 and short["steps_run"] == 6
-        assert not short["stopped_early"]
-        for batch in (4, 32):  # full length: to the target
-            assert _result(sweep, batch, seed)["stopped_early"] is True
+        for batch in (4, 32):  # predict_steps updates, not stopped by the target
+            short = _result(sweep, batch, seed)
+            assert short["max_steps"] == 6 and short["steps_run"] == 6
+            assert not short["stopped_early"]
+        assert _result(sweep, 8, seed)["stopped_early"] is True  # full length: to the target
 
 
 def test_prediction_csv(sweep):
     table = pd.read_csv(sweep / "results/convergence/prediction.csv").set_index("batch_size")
     assert table.index.tolist() == [4, 8, 32]
-    assert table["calibration"].tolist() == [True, False, True]
+    assert table["calibration"].tolist() == [False, True, False]
     assert table["note"].str.startswith("no prediction").sum() == 0
-    # two calibration sizes: the curve passes through their measured mean steps
-    for batch in (4, 32):
-        assert table.loc[batch, "predicted_steps_to_target"] == pytest.approx(
-            table.loc[batch, "measured_steps_to_target"]
-        )
-    # in between, S_min (1 + B_noise/B) with one S_min and B_noise for the model
+    # B_noise is the short runs' pooled B_simple; the curve passes through the calibration
+    # size's measured mean steps
+    assert table["b_noise"].iloc[0] == pytest.approx(table["b_simple_early"].iloc[0])
+    assert table.loc[8, "predicted_steps_to_target"] == pytest.approx(
+        table.loc[8, "measured_steps_to_target"]
+    )
     s_min, b_noise = table["s_min"].iloc[0], table["b_noise"].iloc[0]
-    for batch in (8,):
+    for batch in (4, 32):
         row = table.loc[batch]
         assert row["predicted_steps_to_target"] == pytest.approx(s_min * (1 + b_noise / batch))
         assert row["predicted_seconds_to_target"] == pytest.approx(

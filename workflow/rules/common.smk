@@ -321,7 +321,7 @@ PREDICTION = [
 
 def short_run(wildcards):
     """Whether a training run is one of train.predict's short runs: every effective batch size
-    but the calibration ones (the smallest and the largest) of its mode and model."""
+    but the calibration ones (train.predict_calibration) of its mode and model."""
     if not PREDICT or wildcards.mode != "train":
         return False
     effective = {
@@ -330,7 +330,8 @@ def short_run(wildcards):
         for a in accumulation_steps(wildcards.mode)
     }
     here = int(wildcards.batch_size) * int(wildcards.accumulation_steps)
-    return here not in prediction.calibration_sizes(sorted(effective))
+    strategy = config["train"]["predict_calibration"]
+    return here not in prediction.calibration_sizes(sorted(effective), strategy)
 
 
 def all_cores(wildcards):

@@ -61,7 +61,8 @@ rule convergence_report:
 
 
 # train.predict: steps and seconds to the target at every batch size, from short runs at every
-# batch size and full-length runs at the smallest and the largest (batchscope.core.prediction)
+# batch size and full-length runs at the calibration size(s) (train.predict_calibration,
+# batchscope.core.prediction)
 rule convergence_prediction:
     input:
         summary="results/summary.csv",
@@ -83,7 +84,9 @@ rule convergence_prediction:
     params:
         steps=config["train"]["predict_steps"],
         decay=config["train"]["lr_decay"],
+        calibration=config["train"]["predict_calibration"],
     shell:
         "python -m batchscope.report.prediction --summary {input.summary:q}"
         " --curves {input.curves:q} --output {output.table:q} --figure {output.figure:q}"
-        " --predict-steps {params.steps} --lr-decay {params.decay} > {log:q} 2>&1"
+        " --predict-steps {params.steps} --calibration {params.calibration}"
+        " --lr-decay {params.decay} > {log:q} 2>&1"
