@@ -51,6 +51,7 @@ from sweeps import REPO, run_sweep
 
 sys.path.insert(0, str(REPO))
 
+from batchscope.core import config as config_module  # noqa: E402
 from batchscope.core.prediction import STRATEGIES  # noqa: E402
 from batchscope.report.prediction import predict_frame  # noqa: E402
 
@@ -152,7 +153,8 @@ def compare(rows: pd.DataFrame) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = yaml.safe_load(Path(args.config).read_text())
-    train = config.get("train", {})
+    schema = config_module.load_schema(config_module.SCHEMA_PATH)
+    train = config_module.with_defaults(config, schema)["train"]  # the schema's defaults
     timings = {}
     measured_dir = args.measured
     if measured_dir is None:
@@ -163,11 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         path = measured_dir / "predict.yaml"
         path.write_text(yaml.safe_dump(predict_config))
         predicted_dir, timings["predicted"] = run_sweep("predict", args.cores, path)
-    predict_steps = args.predict_steps or train.get("predict_steps", 60)
+    predict_steps = args.predict_steps or train["predict_steps"]
     measured = pd.read_csv(measured_dir / "results" / "summary.csv")
     summary = pd.read_csv(predicted_dir / "results" / "summary.csv")
     curves = pd.read_csv(predicted_dir / "results" / "curves.csv", low_memory=False)
-    strategies = STRATEGIES if args.emulate else (train.get("predict_calibration", "noise_scale"),)
+    strategies = STRATEGIES if args.emulate else (train["predict_calibration"],)
     spent_m = device_seconds(measured)
     samples_m = float((train_runs(measured)["steps_run"] * train_runs(measured)["batch"]).sum())
     lines = []

@@ -189,7 +189,24 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
     _check_pipeline(dataset)
     _check_python(config)
     _check_token_models(config)
-    train = config["train"]
+    _check_warmup(config)
+    _check_train(config["train"], config["measure"]["warmup_steps"])
+
+
+def _check_warmup(config: Mapping[str, Any]) -> None:
+    """Every run keeps a step to measure after its warm-up."""
+    warmup = config["measure"]["warmup_steps"]
+    for mode in ("train", "infer"):
+        cap = config.get(mode, {}).get("max_steps")
+        if cap is not None and cap <= warmup:
+            raise ConfigError(
+                f"config key {mode}.max_steps: {cap} leaves no step to measure after "
+                f"measure.warmup_steps={warmup}"
+            )
+
+
+def _check_train(train: Mapping[str, Any], warmup: int) -> None:
+    """Rules between the training keys (schedule, target, prediction, validation)."""
     if train["lr_scaling"] != "none" and train.get("base_batch_size") is None:
         raise ConfigError("config key train.base_batch_size: required when train.lr_scaling is set")
     if train.get("lr_warmup_epochs") is not None and train.get("lr_warmup_steps"):
@@ -209,14 +226,6 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             "config key train.predict: needs train.target_accuracy or train.target_loss (it "
             "predicts the steps to a target)"
         )
-    warmup = config["measure"]["warmup_steps"]
-    for mode in ("train", "infer"):
-        cap = config.get(mode, {}).get("max_steps")
-        if cap is not None and cap <= warmup:
-            raise ConfigError(
-                f"config key {mode}.max_steps: {cap} leaves no step to measure after "
-                f"measure.warmup_steps={warmup}"
-            )
     if train["predict"] and train["predict_steps"] <= warmup:
         raise ConfigError(
             f"config key train.predict_steps: {train['predict_steps']} leaves no step "

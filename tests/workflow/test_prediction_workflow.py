@@ -1,4 +1,4 @@
-"""train.predict end to end with the default calibration (noise_scale): short runs, one
+"""train.predict end to end with the cheaper calibration (noise_scale): short runs, one
 full-length batch size (the grid's geometric middle), prediction.csv and the report, through
 Snakemake on a tiny synthetic config whose target every run meets at once."""
 
@@ -23,7 +23,7 @@ CONFIG = {
     "measure": {"warmup_steps": 2, "ceiling": False, "rounds": 1},
     "train": {"max_steps": 40, "eval_every_samples": 16, "eval_samples": 32,
               "target_accuracy": 0.0, "stop_at_target": True, "noise_scale_every_steps": 2,
-              "predict": True, "predict_steps": 6},
+              "predict": True, "predict_steps": 6, "predict_calibration": "noise_scale"},
 }  # fmt: skip
 
 
