@@ -213,13 +213,16 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
         spec.seed, deterministic=spec.deterministic, compile=spec.compute.compile
     )
     work, val, channels = _open_data(spec)
+    sample = work.dataset[0][0]
+    side = sample.shape[-1] if sample.dim() == 3 else None  # images: C x H x W
 
     def build():
-        return models.build(spec.model_entry, num_classes=work.num_classes, in_channels=channels)
+        return models.build(
+            spec.model_entry, num_classes=work.num_classes, in_channels=channels, image_size=side
+        )
 
     model = build()
     models.load_weights(model, spec.model_entry)
-    sample = work.dataset[0][0]
     flops = model_check.count_flops(
         spec.model_entry, build, tuple(sample.shape), train=spec.mode == "train", dtype=sample.dtype
     )

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from batchscope.core import results
-from batchscope.core.models import ModelSpec
+from batchscope.core.models import HF_IMAGE_TASKS, ModelSpec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,10 +60,10 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     if "tokens" in spec:
         return check_tokens(entry, spec["tokens"], spec["train"])
     data = spec["input"]
-    if entry.source == "hf":
+    if entry.source == "hf" and entry.task not in HF_IMAGE_TASKS:
         raise models.ModelError(
-            f"model entry {entry.name}: a Hugging Face model reads token ids, and the sweep's"
-            f" dataset {data['dataset']} gives images: use dataset tokens or text"
+            f"model entry {entry.name}: a Hugging Face {entry.task} model reads token ids, and"
+            f" the sweep's dataset {data['dataset']} gives images: use dataset tokens or text"
         )
     facts = {}
     if "python" in data:  # the user's own Datasets: built here once, their first item fed
@@ -78,7 +78,9 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
         sample = torch.zeros(shape)
 
     def build():
-        return models.build(entry, num_classes=data["num_classes"], in_channels=channels)
+        return models.build(
+            entry, num_classes=data["num_classes"], in_channels=channels, image_size=shape[-1]
+        )
 
     model = build()
     models.load_weights(model, entry)

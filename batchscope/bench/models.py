@@ -134,8 +134,11 @@ def counts_flops_on_cpu(entry: ModelSpec) -> bool:
     return entry.source == "builtin"
 
 
-def build(entry: ModelSpec, *, num_classes: int, in_channels: int) -> nn.Module:
-    """Build an entry's model, untrained (its weights are loaded by :func:`load_weights`)."""
+def build(
+    entry: ModelSpec, *, num_classes: int, in_channels: int, image_size: int | None = None
+) -> nn.Module:
+    """Build an entry's model, untrained (its weights are loaded by :func:`load_weights`).
+    ``image_size`` (the side of the square images fed) sizes a Hugging Face image model."""
     if entry.source == "builtin":
         return SmallCNN(in_channels=in_channels, num_classes=num_classes, **entry.kwargs)
     if entry.source == "torchvision":
@@ -150,7 +153,7 @@ def build(entry: ModelSpec, *, num_classes: int, in_channels: int) -> nn.Module:
     if entry.source == "factory":
         return _checked_module(entry, _call(entry, _factory_function(entry), **entry.kwargs))
     if entry.source == "hf":
-        return _hf(entry, num_classes)
+        return _hf(entry, num_classes, in_channels, image_size)
     raise _error(entry, f"unknown source {entry.source!r}")
 
 
@@ -261,11 +264,37 @@ def token_facts(entry: ModelSpec) -> dict[str, Any]:
     }
 
 
-def _hf(entry: ModelSpec, num_classes: int) -> nn.Module:
+#: What an image_classification model's config is given from the data, where it has the key.
+HF_IMAGE_KEYS = ("num_channels", "image_size")
+
+
+def _hf_image_config(entry: ModelSpec, config, in_channels: int, image_size: int | None) -> None:
+    """Size an image classifier's config to the data: its channels and image side where the
+    config has those keys; an override in the entry's ``config`` that contradicts the data is an
+    error naming the entry."""
+    given = {"num_channels": in_channels, "image_size": image_size}
+    for key in HF_IMAGE_KEYS:
+        if given[key] is None or not hasattr(config, key):
+            continue
+        asked = entry.kwargs.get(key)
+        if asked is not None and asked != given[key]:
+            raise _error(
+                entry,
+                f"its config sets {key}={asked}, and the sweep's images give {given[key]}"
+                f" (leave {key} out: it is taken from the data)",
+            )
+        setattr(config, key, given[key])
+
+
+def _hf(entry: ModelSpec, num_classes: int, in_channels: int, image_size: int | None) -> nn.Module:
     transformers = _optional(entry, "transformers")
     folder = os.path.isdir(entry.id)
     config = _hf_config(entry)
-    if entry.task == "sequence_classification":
+    if entry.task == "image_classification":
+        config.num_labels = num_classes
+        _hf_image_config(entry, config, in_channels, image_size)
+        auto = transformers.AutoModelForImageClassification
+    elif entry.task == "sequence_classification":
         config.num_labels = num_classes
         if getattr(config, "pad_token_id", 0) is None:
             # a batch of more than one needs it (to find each sequence's end); token data has

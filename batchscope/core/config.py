@@ -317,23 +317,28 @@ MAX_POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
 
 def _check_token_models(config: Mapping[str, Any]) -> None:
     """Token data for models that read token ids, images for the others: a Hugging Face model
-    reads token ids, a built-in, torchvision or timm model images (a factory may read either);
-    and no sequence longer than an entry's config allows (the rest is the model check's)."""
+    of a token task reads token ids; a built-in, torchvision, timm or Hugging Face
+    image_classification model images (a factory may read either); and no sequence longer than
+    an entry's config allows (the rest is the model check's)."""
     name = config["dataset"]["name"]
     tokens = datasets.is_tokens(name)
     for index, entry in enumerate(config.get("models", [])):
         hf = isinstance(entry, Mapping) and bool(entry.get("hf"))
         factory = isinstance(entry, Mapping) and bool(entry.get("factory"))
+        reads_ids = model_names.reads_token_ids(entry)
         label = model_names.name_of(entry, index)
-        if hf and not tokens:
+        if reads_ids and not tokens:
             raise ConfigError(
-                f"config key dataset.name: {name} gives images, and model {label} (hf) reads"
-                " token ids: use dataset tokens or text"
+                f"config key dataset.name: {name} gives images, and model {label} (hf, task"
+                f" {entry['task']}) reads token ids: use dataset tokens or text, or task"
+                " image_classification"
             )
-        if tokens and not hf and not factory:
+        if tokens and not reads_ids and not factory:
+            what = f"(hf, task {entry.get('task')}) " if hf else ""
             raise ConfigError(
-                f"config key dataset.name: {name} gives token ids, and model {label} reads"
-                " images: use an hf model (or a factory that reads token ids)"
+                f"config key dataset.name: {name} gives token ids, and model {label} {what}reads"
+                " images: use an hf model of task causal_lm or sequence_classification (or a"
+                " factory that reads token ids)"
             )
         if tokens and factory and name == "tokens" and not config["dataset"].get("vocab_size"):
             raise ConfigError(

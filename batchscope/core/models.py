@@ -30,8 +30,22 @@ SMALL_CNN = "small_cnn"
 #: Where a model comes from (``model_source`` in a result).
 SOURCES = ("builtin", "torchvision", "timm", "factory", "hf")
 
-#: What a Hugging Face model is built for.
-HF_TASKS = ("causal_lm", "sequence_classification")
+#: What a Hugging Face model is built for: the tasks that read token ids, and those that read
+#: images (``pixel_values``, N x C x H x W).
+HF_TOKEN_TASKS = ("causal_lm", "sequence_classification")
+HF_IMAGE_TASKS = ("image_classification",)
+HF_TASKS = HF_TOKEN_TASKS + HF_IMAGE_TASKS
+
+
+def reads_token_ids(entry: Any) -> bool:
+    """Whether a config entry's model reads token ids: a Hugging Face model of a token task (a
+    factory may read either; the model check finds out)."""
+    return (
+        isinstance(entry, Mapping)
+        and bool(entry.get("hf"))
+        and (entry.get("task") in HF_TOKEN_TASKS)
+    )
+
 
 #: A model's name, as paths, plots and tables use it.
 NAME = re.compile(r"[A-Za-z0-9_]+")

@@ -66,3 +66,33 @@ def test_a_hugging_face_config_builds_an_untrained_model_offline(monkeypatch):
     wrong = ModelSpec(name="g", source="hf", id="gtp2", task="causal_lm")
     with pytest.raises(ModelError, match=r"model entry g: no Hugging Face config for 'gtp2'"):
         models.build(wrong, num_classes=2, in_channels=1)
+
+
+VIT = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+       "intermediate_size": 32, "patch_size": 7}  # fmt: skip
+
+
+def test_a_hugging_face_image_classifier_is_sized_to_the_data_and_trains_on_its_own_loss():
+    pytest.importorskip("transformers")
+    from batchscope.bench import losses
+
+    entry = ModelSpec(name="v", source="hf", id="vit", kwargs=VIT, task="image_classification")
+    channels = models.entry_input_channels(entry, 1)  # Fashion-MNIST: 1 channel, 28 px
+    model = models.build(entry, num_classes=10, in_channels=channels, image_size=28)
+    images, labels = torch.randn(3, 1, 28, 28), torch.tensor([0, 9, 4])
+    assert models.logits_of(model(images)).shape == (3, 10)
+    assert losses.takes_labels(model)  # train.loss auto: the model's own loss
+    assert model(images, labels=labels).loss.item() > 0
+
+
+def test_a_hugging_face_image_config_that_contradicts_the_data_is_one_line():
+    pytest.importorskip("transformers")
+    entry = ModelSpec(
+        name="v", source="hf", id="vit", kwargs={**VIT, "num_channels": 3},
+        task="image_classification",
+    )  # fmt: skip
+    with pytest.raises(ModelError) as caught:
+        models.build(entry, num_classes=10, in_channels=1, image_size=28)
+    message = str(caught.value)
+    assert message.startswith("model entry v: its config sets num_channels=3, and the sweep's")
+    assert "\n" not in message

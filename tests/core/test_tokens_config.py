@@ -24,7 +24,14 @@ def test_token_data_and_image_models_do_not_mix():
     assert "tokens gives token ids, and model small_cnn reads images" in _error(
         dataset={"name": "tokens"}
     )
-    assert "synthetic gives images, and model g (hf) reads token ids" in _error(models=[GPT2])
+    assert "synthetic gives images, and model g (hf, task causal_lm) reads token ids" in _error(
+        models=[GPT2]
+    )
+    vit = {"name": "v", "hf": "vit", "task": "image_classification"}
+    sweep_config(models=[vit])  # a Hugging Face image classifier reads the images
+    assert "tokens gives token ids, and model v (hf, task image_classification) reads images" in (
+        _error(**TOKENS | {"models": [vit]})
+    )
 
 
 def test_a_sequence_longer_than_the_models_config_allows_is_refused_at_once():

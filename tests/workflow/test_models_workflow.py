@@ -40,6 +40,15 @@ MYNET_ENTRY = {
     "weights": "ckpt/mynet.pt",
 }
 
+#: A Hugging Face image classifier built from its config (no hub): one tiny ViT layer.
+TINY_VIT = {
+    "name": "tiny_vit",
+    "hf": "vit",
+    "task": "image_classification",
+    "config": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+               "intermediate_size": 32, "patch_size": 8},
+}  # fmt: skip
+
 SWEEP = {
     "dataset": {
         "name": "synthetic",
@@ -48,7 +57,7 @@ SWEEP = {
         "num_classes": 4,
         "num_samples": 64,
     },
-    "models": ["resnet18", "timm:convnext_atto", MYNET_ENTRY],
+    "models": ["resnet18", "timm:convnext_atto", MYNET_ENTRY, TINY_VIT],
     "modes": ["train", "infer"],
     "batch_sizes": [8],
     "num_workers": [0],
@@ -85,7 +94,7 @@ def mixed_run(tmp_path_factory):
 def test_a_mixed_sweep_runs_to_a_summary_recording_each_models_source(mixed_run):
     workdir, _, weights = mixed_run
     summary = pd.read_csv(workdir / "results" / "summary.csv").set_index(["model", "mode"])
-    names = ("resnet18", "timm_convnext_atto", "mynet")
+    names = ("resnet18", "timm_convnext_atto", "mynet", "tiny_vit")
     assert set(summary.index) == {(n, m) for n in names for m in ("train", "infer")}
     assert (summary["status"] == "ok").all() and (summary["samples_per_s"] > 0).all()
     rows = summary.xs("infer", level="mode")
@@ -93,6 +102,7 @@ def test_a_mixed_sweep_runs_to_a_summary_recording_each_models_source(mixed_run)
         "resnet18": "torchvision",
         "timm_convnext_atto": "timm",
         "mynet": "factory",
+        "tiny_vit": "hf",
     }
     assert rows.loc["timm_convnext_atto", "model_id"] == "convnext_atto"
     assert rows.loc["mynet", "model_id"] == f"{workdir / 'models' / 'mynet.py'}:build"
@@ -101,13 +111,16 @@ def test_a_mixed_sweep_runs_to_a_summary_recording_each_models_source(mixed_run)
     assert rows[["weights_sha256"]].drop("mynet").isna().all().all()
     # width 6: conv 3*6*9 + 6, linear 6*4 + 4
     assert rows.loc["mynet", "num_parameters"] == 3 * 6 * 9 + 6 + 6 * 4 + 4
-    assert (workdir / "results" / "recommendation.md").read_text()
+    recommendation = (workdir / "results" / "recommendation.md").read_text()
+    for name in names:
+        assert f"## train / {name} " in recommendation and f"## infer / {name} " in recommendation
+    assert (workdir / "results" / "plots" / "throughput.png").stat().st_size > 0
 
 
 def test_each_model_was_checked_once_and_its_check_says_what_it_found(mixed_run):
     workdir, _, _ = mixed_run
     summary = pd.read_csv(workdir / "results" / "summary.csv")
-    for name in ("resnet18", "timm_convnext_atto", "mynet"):
+    for name in ("resnet18", "timm_convnext_atto", "mynet", "tiny_vit"):
         check = json.loads((workdir / "results" / "models" / f"{name}.json").read_text())
         assert check["name"] == name
         assert check["input_shape"] == [3, 32, 32] and check["output_shape"] == [1, 4]
