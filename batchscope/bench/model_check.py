@@ -77,10 +77,13 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
         shape = (channels, data["image_size"], data["image_size"])
         sample = torch.zeros(shape)
 
+    classes = data["num_classes"]
+    if not data["classes_known"] and "num_labels" in entry.kwargs:
+        # an image folder's classes are its job's to count (and to hold the override against)
+        classes = entry.kwargs["num_labels"]
+
     def build():
-        return models.build(
-            entry, num_classes=data["num_classes"], in_channels=channels, image_size=shape[-1]
-        )
+        return models.build(entry, num_classes=classes, in_channels=channels, image_size=shape[-1])
 
     model = build()
     models.load_weights(model, entry)
@@ -93,7 +96,6 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
             f"model entry {entry.name}: a forward pass on one sample of shape {shape}"
             f" ({data['dataset']}) raised {type(exc).__name__}: {' '.join(str(exc).split())}"
         ) from exc
-    classes = data["num_classes"]
     if spec["train"] and data["classes_known"] and (output.dim() != 2 or output.shape[1] < classes):
         raise models.ModelError(
             f"model entry {entry.name}: its output has shape {tuple(output.shape)} for one"

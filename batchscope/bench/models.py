@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from batchscope.core.models import SMALL_CNN, ModelSpec
+from batchscope.core.models import SMALL_CNN, ModelSpec, hf_image_conflict
 
 
 class ModelError(ValueError):
@@ -264,26 +264,20 @@ def token_facts(entry: ModelSpec) -> dict[str, Any]:
     }
 
 
-#: What an image_classification model's config is given from the data, where it has the key.
-HF_IMAGE_KEYS = ("num_channels", "image_size")
-
-
-def _hf_image_config(entry: ModelSpec, config, in_channels: int, image_size: int | None) -> None:
-    """Size an image classifier's config to the data: its channels and image side where the
-    config has those keys; an override in the entry's ``config`` that contradicts the data is an
-    error naming the entry."""
-    given = {"num_channels": in_channels, "image_size": image_size}
-    for key in HF_IMAGE_KEYS:
-        if given[key] is None or not hasattr(config, key):
+def _hf_image_config(entry: ModelSpec, config, data: dict[str, int | None]) -> None:
+    """Size an image classifier's config to the data (``data``:
+    :data:`~batchscope.core.models.HF_IMAGE_KEYS` to their values, None where not known): its
+    ``num_labels``, and ``num_channels`` and ``image_size`` where the config has them (a side
+    the config keeps as a list stays a list); an override in the entry's ``config`` that
+    contradicts the data is an error naming the entry."""
+    problem = hf_image_conflict(entry.kwargs, data)
+    if problem:
+        raise _error(entry, problem)
+    for key, value in data.items():
+        if value is None or (key != "num_labels" and not hasattr(config, key)):
             continue
-        asked = entry.kwargs.get(key)
-        if asked is not None and asked != given[key]:
-            raise _error(
-                entry,
-                f"its config sets {key}={asked}, and the sweep's images give {given[key]}"
-                f" (leave {key} out: it is taken from the data)",
-            )
-        setattr(config, key, given[key])
+        current = getattr(config, key, None)
+        setattr(config, key, [value] * len(current) if isinstance(current, list | tuple) else value)
 
 
 def _hf(entry: ModelSpec, num_classes: int, in_channels: int, image_size: int | None) -> nn.Module:
@@ -291,8 +285,8 @@ def _hf(entry: ModelSpec, num_classes: int, in_channels: int, image_size: int | 
     folder = os.path.isdir(entry.id)
     config = _hf_config(entry)
     if entry.task == "image_classification":
-        config.num_labels = num_classes
-        _hf_image_config(entry, config, in_channels, image_size)
+        data = {"num_labels": num_classes, "num_channels": in_channels, "image_size": image_size}
+        _hf_image_config(entry, config, data)
         auto = transformers.AutoModelForImageClassification
     elif entry.task == "sequence_classification":
         config.num_labels = num_classes

@@ -372,6 +372,7 @@ def _check_against_data(config: Mapping[str, Any]) -> None:
     native = datasets.SHAPES.get(name, {}).get("image_size", datasets.SYNTHETIC_DEFAULT_SIZE)
     piped = datasets.pipeline_image_size(dataset.get("resize"), dataset.get("crop"))
     size = piped or dataset["image_size"] or native
+    _check_hf_images(config, size)
     for entry in config["models"]:
         # a plain name, or a mapping's `model:` (say, a checkpoint of a torchvision model);
         # timm, factory and hf models are checked by their model-check job
@@ -383,6 +384,28 @@ def _check_against_data(config: Mapping[str, Any]) -> None:
             key = "crop" if dataset.get("crop") else "resize" if piped else "image_size"
             given = "" if piped or dataset["image_size"] else f" ({name}'s own size)"
             raise ConfigError(f"config key dataset.{key}: {problem}{given}; set a size it takes")
+
+
+def _check_hf_images(config: Mapping[str, Any], size: int) -> None:
+    """A Hugging Face image classifier's ``config`` overrides agree with the data (its classes,
+    channels and image side are set from it); an image folder's classes are its job's to
+    count."""
+    dataset = config["dataset"]
+    shape = dataset if dataset["name"] == "synthetic" else datasets.SHAPES[dataset["name"]]
+    data = {
+        "num_labels": None if dataset["name"] == "imagefolder" else shape["num_classes"],
+        "num_channels": shape["channels"],
+        "image_size": size,
+    }
+    for index, entry in enumerate(config["models"]):
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("hf")
+            and not model_names.reads_token_ids(entry)
+        ):
+            problem = model_names.hf_image_conflict(entry.get("config") or {}, data)
+            if problem:
+                raise ConfigError(f"model entry {model_names.name_of(entry, index)}: {problem}")
 
 
 def _image_folder_sizes(config: Mapping[str, Any]) -> datasets.ImageFolderSizes:

@@ -47,6 +47,28 @@ def reads_token_ids(entry: Any) -> bool:
     )
 
 
+#: What a Hugging Face image classifier's config takes from the data: ``num_labels`` always,
+#: ``num_channels`` and ``image_size`` where the model's config has them; what each counts.
+HF_IMAGE_KEYS = {"num_labels": "classes", "num_channels": "channels", "image_size": "px a side"}
+
+
+def hf_image_conflict(overrides: Mapping[str, Any], data: Mapping[str, int | None]) -> str | None:
+    """The first of an image classifier's ``config`` overrides that contradicts the data
+    (``data``: each of :data:`HF_IMAGE_KEYS` to the data's value, None where not known), in a
+    few words; None when none does. A square ``image_size`` may be given as ``[side, side]``."""
+    for key, unit in HF_IMAGE_KEYS.items():
+        asked, value = overrides.get(key), data.get(key)
+        if asked is None or value is None:
+            continue
+        square = key == "image_size" and isinstance(asked, list | tuple) and set(asked) == {value}
+        if asked != value and not square:
+            return (
+                f"its config sets {key}={asked}, and the sweep's data gives {value} ({unit})"
+                f" (leave {key} out: it is taken from the data)"
+            )
+    return None
+
+
 #: A model's name, as paths, plots and tables use it.
 NAME = re.compile(r"[A-Za-z0-9_]+")
 

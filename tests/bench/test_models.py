@@ -96,3 +96,42 @@ def test_a_hugging_face_image_config_that_contradicts_the_data_is_one_line():
     message = str(caught.value)
     assert message.startswith("model entry v: its config sets num_channels=3, and the sweep's")
     assert "\n" not in message
+
+
+def test_an_image_classifiers_num_labels_that_contradicts_the_datas_classes_is_one_line():
+    pytest.importorskip("transformers")
+    entry = ModelSpec(
+        name="v", source="hf", id="vit", kwargs={**VIT, "num_labels": 3},
+        task="image_classification",
+    )  # fmt: skip
+    with pytest.raises(ModelError, match=r"^model entry v: its config sets num_labels=3, and"):
+        models.build(entry, num_classes=10, in_channels=1, image_size=28)
+
+
+#: A Hugging Face config whose image_size is a [height, width] list (Hiera): one tiny stage.
+HIERA = {"embed_dim": 8, "num_heads": [1], "depths": [1], "patch_stride": [4, 4],
+         "patch_size": [7, 7], "patch_padding": [3, 3], "masked_unit_size": [8, 8],
+         "query_stride": [2, 2], "num_query_pool": 0}  # fmt: skip
+
+
+def test_an_image_size_its_config_keeps_as_a_list_is_set_from_the_data_as_a_list():
+    pytest.importorskip("transformers")
+    entry = ModelSpec(name="h", source="hf", id="hiera", kwargs=HIERA, task="image_classification")
+    model = models.build(entry, num_classes=4, in_channels=3, image_size=32)
+    assert list(model.config.image_size) == [32, 32]
+    assert models.logits_of(model(torch.zeros(2, 3, 32, 32))).shape == (2, 4)
+
+
+def test_the_model_check_takes_an_image_classifiers_num_labels_where_it_cannot_count_classes():
+    pytest.importorskip("transformers")
+    from batchscope.bench import model_check
+
+    entry = {"name": "v", "source": "hf", "id": "vit", "task": "image_classification"}
+    entry |= {"kwargs": {**VIT, "num_labels": 3}, "weights": None}
+    entry |= {"weights_sha256": None, "file_sha256": None}
+    # an image folder's classes: a job counts them; the check has only a guess (10)
+    data = {"dataset": "imagefolder", "channels": 3, "image_size": 28, "num_classes": 10}
+    found = model_check.check(
+        {"model": entry, "input": data | {"classes_known": False}, "train": True}
+    )
+    assert found["output_shape"] == [1, 3] and found["input_shape"] == [3, 28, 28]

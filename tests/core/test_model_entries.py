@@ -92,3 +92,34 @@ def test_the_check_reads_the_datas_shape_and_whether_it_trains(tmp_path):
         "num_classes": 4,
         "classes_known": True,
     }
+
+
+VIT = {"name": "vit", "hf": "vit", "task": "image_classification", "config": {"hidden_size": 32}}
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ({"num_labels": 10}, "num_labels=10, and the sweep's data gives 4 (classes)"),
+        ({"num_channels": 3}, "num_channels=3, and the sweep's data gives 1 (channels)"),
+        ({"image_size": 224}, "image_size=224, and the sweep's data gives 12 (px a side)"),
+        ({"image_size": [12, 16]}, "image_size=[12, 16], and the sweep's data gives 12"),
+    ],
+)
+def test_an_image_classifiers_override_that_contradicts_the_data_is_refused_at_once(override, says):
+    from batchscope.core.config import ConfigError
+    from tests.factories import sweep_config
+
+    entry = {**VIT, "config": {**VIT["config"], **override}}
+    with pytest.raises(ConfigError) as caught:
+        sweep_config(models=["small_cnn", entry])
+    message = str(caught.value)
+    assert message.startswith(f"model entry vit: its config sets {says}") and "\n" not in message
+
+
+def test_an_image_classifiers_override_that_agrees_with_the_data_is_taken():
+    from tests.factories import sweep_config
+
+    agrees = {"num_labels": 4, "num_channels": 1, "image_size": [12, 12]}
+    config = sweep_config(models=[{**VIT, "config": {**VIT["config"], **agrees}}])
+    assert models.check_spec(config, "vit")["input"]["image_size"] == 12
