@@ -280,8 +280,15 @@ def limit_cpu_memory(budget_mb: float) -> int:
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    global _CAPPED
+    _CAPPED = True
     return limit
 
+
+#: Whether :func:`limit_cpu_memory` capped this process: then oneDNN's failure to create a
+#: primitive (its scratch buffer refused by the cap) is the cap's doing, an allocator failure.
+_CAPPED = False
+_CAPPED_OOM_MARKERS = ("could not create a primitive",)
 
 _OOM_MARKERS = (
     "out of memory",
@@ -293,12 +300,14 @@ _OOM_MARKERS = (
 
 
 def is_oom(exc: BaseException) -> bool:
-    """Is ``exc`` an allocator failure (CUDA, MPS or CPU) rather than a bug?"""
+    """Is ``exc`` an allocator failure (CUDA, MPS or CPU) rather than a bug? Under a CPU memory
+    cap, oneDNN reports a refused scratch buffer as a primitive it could not create."""
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return True
     if isinstance(exc, RuntimeError):
         message = str(exc).lower()
-        return any(marker in message for marker in _OOM_MARKERS)
+        markers = _OOM_MARKERS + (_CAPPED_OOM_MARKERS if _CAPPED else ())
+        return any(marker in message for marker in markers)
     return False
 
 

@@ -242,3 +242,13 @@ def test_work_split_between_two_math_modes_is_held_against_their_combined_peak()
 )
 def test_peak_tflops_finds_the_gpu_by_its_name(name, mode, expected):
     assert measure.peak_tflops(name, mode) == expected
+
+
+def test_onednn_failing_to_create_a_primitive_is_oom_only_under_the_memory_cap(monkeypatch):
+    # seen in a largest-batch trial under a 135 MB cap on a loaded machine: the trial was
+    # recorded cannot_run (a floor) instead of oom (the ceiling it was)
+    error = RuntimeError("could not create a primitive")
+    monkeypatch.setattr(measure, "_CAPPED", False)
+    assert not measure.is_oom(error)  # uncapped: a real unsupported case, not memory
+    monkeypatch.setattr(measure, "_CAPPED", True)
+    assert measure.is_oom(error)

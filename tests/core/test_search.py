@@ -374,7 +374,9 @@ def test_maxbatch_finds_a_real_allocator_limit_on_the_cpu(tmp_path):
     larger = min(b for b in by_size if b > limit)
     assert larger == result["first_failure"]
     assert by_size[larger]["bench_status"] == "oom"  # the real allocator refused
-    assert "DefaultCPUAllocator" in by_size[larger]["error"]
+    # torch's allocator, or oneDNN's scratch buffer, refused by the cap
+    refused = ("DefaultCPUAllocator", "could not create a primitive")
+    assert any(words in by_size[larger]["error"] for words in refused)
     assert result["grid"][-1] == limit
     assert result["grid"] == [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b < limit] + [
         limit
