@@ -52,6 +52,18 @@ def write_env(folder, fingerprint: str = FINGERPRINT):
     return path
 
 
+def outputs(out):
+    """The output flags of an aggregate run into ``out`` (no run flagged as loaded: limit 1)."""
+    return [
+        "--foreign-cpu-limit",
+        "1",
+        "--summary",
+        str(out / "s.csv"),
+        "--curves",
+        str(out / "c.csv"),
+    ]
+
+
 def test_collect_rows_order_and_columns(tmp_path):
     paths = [
         write_run(tmp_path, batch_size=128, num_workers=2),
@@ -207,14 +219,7 @@ def test_written_tables_feed_recommend_and_plots(tmp_path):
     paths.append(write_run(runs, batch_size=64, status="oom", samples_per_s=None, steps=0))
     out = tmp_path / "out"
     argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path))]
-    argv += [
-        "--foreign-cpu-limit",
-        "1",
-        "--summary",
-        str(out / "s.csv"),
-        "--curves",
-        str(out / "c.csv"),
-    ]
+    argv += outputs(out)
     assert aggregate.main(argv) == 0
 
     summary, curves = pd.read_csv(out / "s.csv"), pd.read_csv(out / "c.csv")
@@ -339,14 +344,7 @@ def test_missing_and_failed_points_become_rows(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["--results", *map(str, [*done, failed, missing]), "--allow-missing"]
     argv += ["--logs", *map(str, log_paths), "--env", str(write_env(tmp_path))]
-    argv += [
-        "--foreign-cpu-limit",
-        "1",
-        "--summary",
-        str(out / "s.csv"),
-        "--curves",
-        str(out / "c.csv"),
-    ]
+    argv += outputs(out)
     argv += ["--by-point", str(out / "p.csv")]
 
     assert aggregate.main(argv) == 0
@@ -443,14 +441,7 @@ def test_throughput_windows_are_one_cell(tmp_path):
     ]
     out = tmp_path / "out"
     argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path))]
-    argv += [
-        "--foreign-cpu-limit",
-        "1",
-        "--summary",
-        str(out / "s.csv"),
-        "--curves",
-        str(out / "c.csv"),
-    ]
+    argv += outputs(out)
     assert aggregate.main(argv) == 0
     summary = pd.read_csv(out / "s.csv", dtype={"samples_per_s_windows": str})
     assert summary["samples_per_s_windows"].tolist() == ["990.5;1000.0;1012.25", "2000.0"]
@@ -485,14 +476,7 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
     out = tmp_path / "out"
     argv = ["--results", *map(str, paths), "--env", str(write_env(tmp_path)), "--allow-missing"]
     argv += ["--log-dir", str(log_dir)]
-    argv += [
-        "--foreign-cpu-limit",
-        "1",
-        "--summary",
-        str(out / "s.csv"),
-        "--curves",
-        str(out / "c.csv"),
-    ]
+    argv += outputs(out)
     assert aggregate.main(argv) == 0
 
     summary, curves = pd.read_csv(out / "s.csv"), pd.read_csv(out / "c.csv")
