@@ -36,6 +36,17 @@ BASE_CONFIG = {
 }
 
 
+def design(**changes: Any):
+    """The race's design (batchscope.core.verdict.Design) from the schema's defaults, with
+    ``changes`` (its field names: level, margin, strategy, first_look, max_rounds)."""
+    import dataclasses
+
+    from batchscope.core import verdict
+
+    defaults = config_module.with_defaults({}, SCHEMA)
+    return dataclasses.replace(verdict.Design.from_config(defaults), **changes)
+
+
 def _merge(base: dict, changes: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in changes.items():
@@ -215,6 +226,7 @@ def fake_result(
         "first_step_s": 0.1 if measured else None,
         "compile_s": None,
         "wall_s": 1.0,
+        "process_s": 2.0,
         "peak_mem_mb": 100.0,
         "peak_rss_mb": 100.0,
         "workers_uss_mb": 0.0,

@@ -252,11 +252,23 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     result["cuda_peak_device_mb"] = measure.cuda_peak_device_mb(device)
     result["started_at"] = started_at
     result["wall_s"] = time.perf_counter() - started
+    result["process_s"] = process_s()
     results.write_csv(args.steps, steps, results.STEP_COLUMNS)
     results.write_json(args.output, result)
     summary = {k: result[k] for k in ("status", "samples_per_s", "peak_mem_mb", "val_accuracy")}
     print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
     return 0
+
+
+def process_s() -> float | None:
+    """Seconds since the operating system started this process: the job's whole time so far,
+    the interpreter's start and the imports included (None where psutil cannot tell)."""
+    import psutil
+
+    try:
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except (psutil.Error, OSError):
+        return None
 
 
 def _injected_fault(rank: int) -> None:
@@ -299,6 +311,7 @@ def _finish_distributed(spec, args, group, measured, flops, context, model, cloc
     result["cuda_peak_device_mb"] = max(peaks) if peaks else None
     result["started_at"] = started_at
     result["wall_s"] = time.perf_counter() - started
+    result["process_s"] = process_s()
     results.write_csv(args.steps, steps, results.STEP_COLUMNS)
     results.write_json(args.output, result)
     summary = {k: result[k] for k in ("status", "samples_per_s", "samples_per_s_per_rank")}

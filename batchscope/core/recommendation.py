@@ -1,8 +1,9 @@
 """``results/recommendation.json``: one point picked from a verdict's tie set, and the answer
 that says why (the standard library only).
 
-``pick`` takes one point from the tie set by a rule of columns (least memory, then fewest
-workers, then highest median by default) and gives a one-sentence reason; ``to_answer`` makes
+``pick`` takes one point from a set by a rule of columns (least memory, then fewest workers,
+then highest median by default) and gives a one-sentence reason; ``choose`` says which set the
+verdict lets the rule pick from (only points shown within the margin); ``to_answer`` makes
 one entry of the document's ``answers`` from a :class:`batchscope.core.verdict.Verdict` (or
 says why no point is named when the runs were disturbed); ``to_document`` wraps the answers;
 ``load_schema`` reads ``recommendation_schema.json``, the document's JSON Schema.
@@ -19,7 +20,7 @@ from typing import Any
 from batchscope.core.verdict import TEST_NAME, Verdict
 
 #: Bumped whenever a key of ``results/recommendation.json`` changes meaning.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_PATH = Path(__file__).with_name("recommendation_schema.json")
 #: Least memory, then fewest workers, then highest median ("-" = highest first).
 DEFAULT_RULE = ("peak_mem_mb", "num_workers", "-median_samples_per_s")
@@ -64,8 +65,10 @@ def pick(
     tie_set: Sequence[Hashable],
     rows: Mapping[Hashable, Mapping[str, Any]],
     rule: Sequence[str] = DEFAULT_RULE,
+    what: str = "tied points",
 ) -> tuple[Hashable, str]:
-    """One point from the tie set by ``rule``, and a one-sentence reason.
+    """One point from the tie set by ``rule``, and a one-sentence reason (``what`` names the
+    candidates in it).
 
     Each criterion is a column of ``rows[key]`` (lowest first; "-column" = highest first;
     missing or NaN values last). Criteria apply in turn to the points still tied; if all
@@ -91,7 +94,7 @@ def pick(
     if len(candidates) > 1:
         deciding.append("order of median throughput")
     why = ", then ".join(deciding)
-    return choice, f"{name} is picked from the {len(tie_set)} tied points by {why}."
+    return choice, f"{name} is picked from the {len(tie_set)} {what} by {why}."
 
 
 # ---------------------------------------------------------------- results/recommendation.json
@@ -101,21 +104,63 @@ def _grid(row: Mapping[str, Any]) -> dict[str, int]:
     return {"batch_size": int(row["batch_size"]), "num_workers": int(row["num_workers"])}
 
 
-def _verdict_sentence(v: Verdict) -> str:
+def _pct(fraction: float) -> str:
+    return f"{100 * fraction:.0f}%"
+
+
+def _verdict_sentence(v: Verdict, rounds: int) -> str:
+    """What the state means, in one sentence (the test named)."""
     if v.verdict == "disturbed":
         return "Disturbed: measured beside other work, so no test is run."
-    if v.verdict == "too_noisy":
-        return (
-            f"Too noisy: some point has {v.n_rounds} round, and a test needs 2 or more "
-            "fresh-process rounds per point, so every point is in the tie set."
-        )
     tested = (
-        f"Welch t on log throughput, at least {v.n_rounds} rounds per point, "
-        f"Holm-adjusted at level {v.level}"
+        f"multiple comparisons with the best on log throughput, the run-to-run spread pooled"
+        f" over the group's points, at least {v.n_rounds} run(s) per point, level {v.level}"
     )
     if v.verdict == "separated":
-        return f"Separated: the leader is faster than every other point ({tested})."
-    return f"Tie: {len(v.tie_set)} points are not significantly slower than the leader ({tested})."
+        if len(v.stats) == 1:
+            return "Separated: the only point of its group that ran."
+        return f"Separated: the best point is faster than every other point ({tested})."
+    if v.verdict == "equivalent":
+        return (
+            f"Equivalent: {len(v.tie_set)} points could be the best and each is shown within"
+            f" {_pct(v.margin)} (sweep.margin) of it, so any of them is as good ({tested})."
+        )
+    if v.detectable_diff_frac is None:
+        return (
+            "Undetermined: one run per point, so the run-to-run spread is unknown and no point"
+            " can be called faster; measure 2 or more rounds (measure.rounds)."
+        )
+    settle = f" {rounds} rounds per point would settle it." if rounds else ""
+    return (
+        f"Undetermined: {len(v.tie_set)} points could still be the best and not all are shown"
+        f" within {_pct(v.margin)} of it; these runs tell apart differences of about"
+        f" {_pct(v.detectable_diff_frac)} or more ({tested}).{settle}"
+    )
+
+
+def choose(
+    verdict: Verdict,
+    rows: Mapping[Hashable, Mapping[str, Any]],
+    rule: Sequence[str] = DEFAULT_RULE,
+) -> tuple[Hashable | None, str]:
+    """The point to use, and why: separated, the best; equivalent, the rule among the tie set
+    (all shown within the margin); undetermined, the best estimate, unless it is itself shown
+    within the margin, when the rule picks among the points that are; disturbed, none."""
+    if verdict.verdict == "disturbed":
+        return None, ""
+    leader = verdict.leader
+    if verdict.verdict == "separated":
+        return leader, f"{describe(rows[leader], leader)} is the only point in the tie set."
+    if verdict.verdict == "equivalent":
+        return pick(verdict.tie_set, rows, rule, f"points within {_pct(verdict.margin)}")
+    if leader in verdict.within_margin and len(verdict.within_margin) > 1:
+        what = f"points shown within {_pct(verdict.margin)} of the best"
+        return pick(verdict.within_margin, rows, rule, what)
+    return leader, (
+        f"{describe(rows[leader], leader)} is the best estimate (the highest throughput by the"
+        " pooled model); the others in the tie set are not shown to be slower, nor within the"
+        " margin."
+    )
 
 
 def to_answer(
@@ -130,43 +175,33 @@ def to_answer(
     dataset: str | None = None,
     left_out: Sequence[Mapping[str, Any]] = (),
     foreign_cpu_limit: float | None = None,
+    spent: Mapping[Hashable, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One entry of ``answers`` in ``results/recommendation.json`` (recommendation_schema.json).
 
     ``rows[key]`` gives each point's batch_size, num_workers and what ``rule`` names (the
     median throughput comes from the verdict when the row lacks it). ``left_out`` lists the runs
     measured under foreign load (grid keys, ``foreign_cpu_frac`` and ``result``, the file to
-    redo); with a ``disturbed`` verdict no point is picked and the reason says why.
+    redo); with a ``disturbed`` verdict no point is picked and the reason says why. ``spent``
+    gives per point its ``rounds``, ``runs_per_round`` (seeds), ``device_s`` (summed over its
+    runs) and ``eliminated_at_round``.
     """
     merged = {
         key: {"median_samples_per_s": verdict.stats[key]["median"], **rows[key]}
-        for key in verdict.tie_set
+        for key in verdict.stats
     }
+    spent = spent or {}
     if left_out and foreign_cpu_limit is None:
         raise ValueError("runs left out for foreign load need the limit they exceeded")
-    if verdict.verdict == "disturbed":
-        choice, pick_reason = None, _refusal(left_out, foreign_cpu_limit)
-    else:
-        choice, pick_reason = pick(verdict.tie_set, merged, rule)
-        if left_out:
-            pick_reason += (
-                f" {len(left_out)} run(s) measured while other processes took more than"
-                f" {foreign_cpu_limit:.0%} of the CPU were left out of the comparison."
-            )
-    members = []
-    for key in verdict.tie_set:
-        s = verdict.stats[key]
-        members.append(
-            {
-                **_grid(merged[key]),
-                "median_samples_per_s": s["median"],
-                "ci_low": s["ci_low"],
-                "ci_high": s["ci_high"],
-                "cv": s["cv"],
-                "n_rounds": s["n_rounds"],
-                "p_value_vs_best": verdict.p_values[key],
-            }
+    choice, pick_reason = choose(verdict, merged, rule)
+    if choice is None:
+        pick_reason = _refusal(left_out, foreign_cpu_limit)
+    elif left_out:
+        pick_reason += (
+            f" {len(left_out)} run(s) measured while other processes took more than"
+            f" {foreign_cpu_limit:.0%} of the CPU were left out of the comparison."
         )
+    settle = _to_settle(verdict, spent)
     answer: dict[str, Any] = {"mode": mode, "model": model}
     if dataset is not None:
         answer["dataset"] = dataset
@@ -174,19 +209,89 @@ def to_answer(
         accumulation_steps=int(accumulation_steps),
         devices=int(devices),
         pick=None if choice is None else _grid(merged[choice]),
-        tie_set=members,
         verdict=verdict.verdict,
-        reason=f"{_verdict_sentence(verdict)} {pick_reason}",
+        margin=verdict.margin,
+        level_final=verdict.level_final,
+        tie_set=[_member(verdict, key, merged[key]) for key in verdict.tie_set],
+        reason=f"{_verdict_sentence(verdict, settle['rounds'] or 0)} {pick_reason}",
         pick_reason=pick_reason,
         n_rounds=verdict.n_rounds,
         detectable_diff_frac=verdict.detectable_diff_frac,
-        rounds_to_separate=[
-            {**_grid(merged[key]), "rounds": rounds}
-            for key, rounds in verdict.rounds_to_separate.items()
-        ],
+        to_settle=settle,
+        points=[_spent(merged[key], spent.get(key, {})) for key in _by_estimate(verdict)],
+        device_s=_device_s(spent),
+        model_fit=_fit(verdict, merged),
         left_out=[dict(run) for run in left_out],
     )
     return answer
+
+
+def _member(v: Verdict, key: Hashable, row: Mapping[str, Any]) -> dict[str, Any]:
+    s = v.stats[key]
+    return {
+        **_grid(row),
+        "median_samples_per_s": s["median"],
+        "estimate_samples_per_s": v.estimate[key],
+        "ci_low": s["ci_low"],
+        "ci_high": s["ci_high"],
+        "cv": s["cv"],
+        "n_rounds": s["n_rounds"],
+        "ratio_to_best": v.ratio[key],
+        "ratio_low": v.ratio_low[key],
+        "ratio_high": v.ratio_high[key],
+        "within_margin": key in v.within_margin,
+    }
+
+
+def _by_estimate(v: Verdict) -> list[Hashable]:
+    return sorted(v.stats, key=lambda key: -v.estimate[key])
+
+
+def _spent(row: Mapping[str, Any], spent: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **_grid(row),
+        "rounds": spent.get("rounds"),
+        "eliminated_at_round": spent.get("eliminated_at_round"),
+        "device_s": spent.get("device_s"),
+    }
+
+
+def _device_s(spent: Mapping[Hashable, Mapping[str, Any]]) -> float | None:
+    values = [s.get("device_s") for s in spent.values()]
+    known = [float(v) for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _to_settle(v: Verdict, spent: Mapping[Hashable, Mapping[str, Any]]) -> dict[str, Any]:
+    """Undetermined: the rounds per point, and about the device-seconds, that would settle the
+    tie set (each member excluded or shown within the margin, with POWER); None otherwise."""
+    out: dict[str, Any] = {"rounds": None, "device_s": None}
+    if v.verdict != "undetermined" or not v.runs_to_settle:
+        return out
+    needed = list(v.runs_to_settle.values())
+    if any(n is None for n in needed):
+        return out
+    runs = max(needed)
+    per_round = max(int(spent.get(k, {}).get("runs_per_round") or 1) for k in v.tie_set)
+    rounds = -(-runs // per_round)
+    out["rounds"] = rounds
+    costs = []
+    for key in v.tie_set:
+        s = spent.get(key, {})
+        if s.get("device_s") is None or not s.get("rounds"):
+            return out
+        more = max(0, rounds - int(s["rounds"]))
+        costs.append(more * float(s["device_s"]) / int(s["rounds"]))
+    out["device_s"] = sum(costs)
+    return out
+
+
+def _fit(v: Verdict, rows: Mapping[Hashable, Mapping[str, Any]]) -> dict[str, Any] | None:
+    if not v.model:  # disturbed: no model was fitted
+        return None
+    model = dict(v.model)
+    model["noisy"] = [_grid(rows[key]) for key in model.get("noisy", [])]
+    return model
 
 
 def _refusal(left_out: Sequence[Mapping[str, Any]], limit: float) -> str:

@@ -1,15 +1,18 @@
 """The answer, machine-readable: ``results/recommendation.json``.
 
     python -m batchscope.report.answer --summary results/summary.csv \\
-        --by-point results/summary_by_point.csv --level 0.05 \\
-        --foreign-cpu-limit 0.1 [--energy-eta 0.5] --output results/recommendation.json
+        --by-point results/summary_by_point.csv --level 0.05 --margin 0.05 --strategy race \\
+        --rounds 2 --max-rounds 8 --foreign-cpu-limit 0.1 [--energy-eta 0.5] \\
+        --output results/recommendation.json
 
 Per mode × model × dataset × accumulation, the points (batch size × workers) are compared on
 their per-run throughputs: one number per fresh process, over rounds and seeds, never windows
-inside one process (``batchscope.core.verdict.decide``: the leader, the points not
-significantly slower than it, and the verdict ``separated``, ``tie`` or ``too_noisy``). The pick
-is the leader when it is separated, else the tie set's point with the least peak memory, then
-the fewest workers, then the highest median. The schema is
+inside one process (``batchscope.core.verdict.decide``: multiple comparisons with the best on a
+run-to-run spread pooled over the group's points; the tie set of points that could be the best
+and the verdict ``separated``, ``equivalent`` or ``undetermined``). The pick
+(``batchscope.core.recommendation.choose``) is the best when separated, the least peak memory
+(then fewest workers) among points shown within ``sweep.margin`` of the best, else the best
+estimate. The schema is
 ``batchscope/core/recommendation_schema.json`` (docs/results.md); the Markdown and HTML
 recommendation, the plots and the report read this file and derive no answer of their own.
 
@@ -47,6 +50,7 @@ def _point_rows(by_point: pd.DataFrame) -> dict[tuple, dict[str, Any]]:
             "batch_size": int(row["batch_size"]),
             "num_workers": int(row["num_workers"]),
             "peak_mem_mb": None if pd.isna(memory) else float(memory),
+            "eliminated_at_round": _int(row.get("eliminated_at_round")),
         }
     return rows
 
@@ -87,10 +91,24 @@ def _left_out(run: Any) -> dict[str, Any]:
     }
 
 
+def _spent(point_runs: pd.DataFrame, eliminated: Any) -> dict[str, Any]:
+    """What measuring a point took: its rounds, runs per round (seeds), device-seconds (each
+    run's ``process_s`` x devices, where recorded) and when the race eliminated it."""
+    seconds = pd.to_numeric(point_runs.get("process_s", pd.Series(dtype=float)), errors="coerce")
+    devices = pd.to_numeric(point_runs["devices"], errors="coerce").fillna(1)
+    device_s = (seconds * devices).dropna()
+    return {
+        "rounds": int(point_runs["round"].nunique()),
+        "runs_per_round": int(point_runs["seed"].nunique()),
+        "device_s": float(device_s.sum()) if len(device_s) == len(point_runs) else None,
+        "eliminated_at_round": _int(eliminated),
+    }
+
+
 def answers(
     summary: pd.DataFrame,
     by_point: pd.DataFrame,
-    level: float,
+    design: verdict.Design,
     foreign_cpu_limit: float,
     energy_eta: float | None = None,
 ) -> list[dict[str, Any]]:
@@ -98,7 +116,8 @@ def answers(
 
     Runs measured under foreign load (``foreign_cpu_frac`` above ``foreign_cpu_limit``) are
     left out of the comparison; when that leaves a point with fewer than 2 runs, the answer is
-    ``disturbed`` and names no point."""
+    ``disturbed`` and names no point. The final analysis of a group is at the level the race's
+    looks left (``design``: the looks after every round before the group's last)."""
     summary = with_grid_defaults(summary)
     ok = summary[summary["status"] == "ok"]
     ok = ok[pd.to_numeric(ok["samples_per_s"]) > 0].reset_index(drop=True)
@@ -111,23 +130,35 @@ def answers(
     rows = _point_rows(by_point)
     if energy_eta is None:
         energy_eta = config.default("recommend.energy_eta")
+    eliminated = {key: row.get("eliminated_at_round") for key, row in rows.items()}
     out = []
     for group, runs in ok.groupby(GROUP_KEYS, sort=True, dropna=False):
         group = _group(group)
         everything: dict[tuple, list[float]] = {}
         clean: dict[tuple, list[float]] = {}
+        blocks: dict[tuple, list[int]] = {}
         n_loaded: dict[tuple, int] = {}
+        spent: dict[tuple, dict[str, Any]] = {}
         for (b, w), point_runs in runs.groupby(["batch_size", "num_workers"], sort=True):
             key = (*group, int(b), int(w))
             mask = loaded.loc[point_runs.index]
             everything[key] = [float(v) for v in point_runs["samples_per_s"]]
             clean[key] = [float(v) for v in point_runs.loc[~mask, "samples_per_s"]]
+            blocks[key] = [int(r) for r in point_runs.loc[~mask, "round"]]
             n_loaded[key] = int(mask.sum())
+            spent[key] = _spent(point_runs, eliminated.get(key))
         left_out = [_left_out(run) for _, run in runs[loaded.loc[runs.index]].iterrows()]
         if verdict.short_of_clean_runs(clean, n_loaded):
-            decision = verdict.disturbed_verdict(everything, level)
+            decision = verdict.disturbed_verdict(everything, design.level, design.margin)
         else:
-            decision = verdict.decide(clean, level)
+            clean = {key: values for key, values in clean.items() if values}
+            decision = verdict.decide(
+                clean,
+                design.level,
+                design.margin,
+                blocks={key: blocks[key] for key in clean},
+                level_final=design.final_level(int(runs["round"].max())),
+            )
         named = dict(zip(GROUP_KEYS, group, strict=True))
         answer = recommendation.to_answer(
             decision,
@@ -139,6 +170,7 @@ def answers(
             dataset=named["dataset"],
             left_out=left_out,
             foreign_cpu_limit=foreign_cpu_limit,
+            spent={key: spent[key] for key in decision.stats},
         )
         if _int(named["sequence_length"]) is not None:  # images' answers are as they were
             answer["sequence_length"] = _int(named["sequence_length"])
@@ -151,13 +183,13 @@ def answers(
 def document(
     summary: pd.DataFrame,
     by_point: pd.DataFrame,
-    level: float,
+    design: verdict.Design,
     foreign_cpu_limit: float,
     energy_eta: float | None = None,
 ) -> dict[str, Any]:
     """The whole file, checked against its schema."""
-    found = answers(summary, by_point, level, foreign_cpu_limit, energy_eta)
-    doc = recommendation.to_document(found, level)
+    found = answers(summary, by_point, design, foreign_cpu_limit, energy_eta)
+    doc = recommendation.to_document(found, design.level)
     jsonschema.validate(results.finite_or_null(doc), recommendation.load_schema())
     return doc
 
@@ -169,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--summary", required=True, help="summary CSV (one row per run)")
     parser.add_argument("--by-point", required=True, help="summary_by_point CSV")
     parser.add_argument("--level", type=float, required=True, help="sweep.level")
+    parser.add_argument("--margin", type=float, required=True, help="sweep.margin")
+    parser.add_argument("--strategy", choices=("race", "full"), required=True)
+    parser.add_argument("--rounds", type=int, required=True, help="measure.rounds")
+    parser.add_argument("--max-rounds", type=int, required=True, help="sweep.max_rounds")
     parser.add_argument(
         "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit"
     )
@@ -182,7 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     summary = pd.read_csv(args.summary)
     by_point = pd.read_csv(args.by_point)
-    doc = document(summary, by_point, args.level, args.foreign_cpu_limit, args.energy_eta)
+    design = verdict.Design(
+        args.level, args.margin, args.strategy, first_look=args.rounds, max_rounds=args.max_rounds
+    )
+    doc = document(summary, by_point, design, args.foreign_cpu_limit, args.energy_eta)
     results.write_json(args.output, doc)
     for answer in doc["answers"]:
         print(

@@ -50,7 +50,7 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import config, results
+from batchscope.core import config, results, verdict
 from batchscope.report import answer as answer_module
 from batchscope.report import objectives, plots_energy, point_table
 from batchscope.report.recommend_pages import evidence, render_html, render_markdown
@@ -115,10 +115,11 @@ def recommend(
     frame = prepare(summary_df)
     if answer is None:
         by_point = point_table.summarize_points(frame)
+        defaults = config.with_defaults({}, config.load_schema(config.SCHEMA_PATH))
         answer = answer_module.document(
             frame,
             by_point,
-            config.default("sweep.level"),
+            verdict.Design.from_config(defaults),
             config.default("sweep.foreign_cpu_limit"),
         )
     answers = answer_module.by_group(answer)

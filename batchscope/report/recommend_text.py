@@ -3,8 +3,9 @@ across rounds) and its notes (failures, the largest batch that ran, the
 diagnosis, compute, noise, model quality, the environment).
 
 What it says of the others comes from the verdict across rounds (``results/recommendation.json``,
-``batchscope.core.verdict``): separated, a tie and its rule, too noisy, or disturbed (measured
-beside other work: no point named). Plain Python: no plotting, no torch.
+``batchscope.core.verdict``): separated, equivalent within the margin (and the rule that picked),
+undetermined (the best estimate, what could still be as fast and what would settle it), or
+disturbed (measured beside other work: no point named). Plain Python: no plotting, no torch.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def _throughput(point: Mapping[str, Any]) -> float:
 
 
 def tie_set_text(members: list[Mapping[str, Any]]) -> str:
-    """'batch 32, 64, 128 with 0 workers and batch 64 with 2 workers are within 4.0% of each
-    other' for the tie set's members."""
+    """'batch 32, 64, 128 with 0 workers and batch 64 with 2 workers' for the tie set's
+    members."""
     by_workers: dict[int, list[int]] = {}
     for m in members:
         by_workers.setdefault(m["num_workers"], []).append(m["batch_size"])
@@ -63,58 +64,78 @@ def tie_set_text(members: list[Mapping[str, Any]]) -> str:
         f"batch {', '.join(str(b) for b in sorted(sizes))} with {w} worker{'s' * (w != 1)}"
         for w, sizes in sorted(by_workers.items())
     ]
-    medians = [m["median_samples_per_s"] for m in members]
-    spread = 100 * (max(medians) / min(medians) - 1)
-    return f"{' and '.join(parts)} are within {spread:.1f}% of each other"
+    return " and ".join(parts)
 
 
-def _detectable_text(answer: Mapping[str, Any]) -> str:
+def _pct_text(fraction: float) -> str:
+    return f"about {100 * fraction:.0f}%" if fraction < 10 else "more than tenfold"
+
+
+def _evidence_text(answer: Mapping[str, Any]) -> str:
+    """How much these runs can tell apart, and what the race spent."""
     detect = answer.get("detectable_diff_frac")
-    if detect is None:
-        return ""
-    size = f"about {100 * detect:.0f}%" if detect < 10 else "more than tenfold"
+    text = ""
+    if detect is not None:
+        text = (
+            f" With at least {answer['n_rounds']} runs per point, differences of"
+            f" {_pct_text(detect)} or more could be told apart on this machine."
+        )
+    spent = answer.get("device_s")
+    if spent is not None:
+        text += f" The runs took {spent:.0f} device-seconds."
+    return text
+
+
+def _settle_text(answer: Mapping[str, Any]) -> str:
+    settle = answer.get("to_settle") or {}
+    if settle.get("rounds") is None:
+        return " More rounds than the race allows would be needed to settle it."
+    cost = "" if settle.get("device_s") is None else f", about {settle['device_s']:.0f} more"
     return (
-        f" With {answer['n_rounds']} rounds per point, differences of {size} or more could be"
-        " told apart on this machine."
+        f" About {settle['rounds']} rounds per point{cost} device-seconds, would settle it"
+        " (sweep.max_rounds, sweep.budget_s)."
     )
 
 
-def _verdict_text(rec: Mapping[str, Any]) -> str:
-    """What the comparison between rounds says of the recommended point and the others."""
-    answer = rec["verdict"]
-    test = "Welch tests on log throughput across runs, Holm-corrected"
+def _state_text(rec: Mapping[str, Any]) -> str:
+    """The first sentence: the state, what it means for the user, and the pick."""
+    answer, best = rec["verdict"], rec["best"]
+    use = f"use {config_text(best)}: {_throughput(best):.1f} samples/s ({_runs_text(best)})."
+    margin = f"{100 * answer['margin']:.0f}%"
+    others = [m for m in answer["tie_set"] if (m["batch_size"], m["num_workers"]) !=
+              (best["batch_size"], best["num_workers"])]  # fmt: skip
     if answer["verdict"] == "separated":
-        runner = rec["runner_up"]
+        return f"Separated: it is faster than every other point measured, so {use}"
+    if answer["verdict"] == "equivalent":
         return (
-            f" It is faster than every other point measured ({test}); the next fastest is "
-            f"{config_text(runner)} at {_throughput(runner):.1f} samples/s."
-            + _detectable_text(answer)
+            f"Equivalent: {tie_set_text(answer['tie_set'])} are all within {margin} of the"
+            f" best, so any of them will do; {use} {answer['pick_reason']}"
         )
-    if answer["verdict"] == "too_noisy":
+    if answer.get("detectable_diff_frac") is None:
         return (
-            " No point can be called faster than another: with one run per point the "
-            "run-to-run noise is unknown (the windows inside one process do not show it). "
-            "Set measure.rounds to 3 or more."
+            "Undetermined: with one run per point the run-to-run noise is unknown (the windows"
+            " inside one process do not show it), so no point can be called faster; for now"
+            f" {use} Set measure.rounds to 2 or more."
         )
-    needed = [r["rounds"] for r in answer.get("rounds_to_separate", []) if r["rounds"]]
-    more = ""
-    if needed:
-        span = str(min(needed)) if min(needed) == max(needed) else f"{min(needed)}-{max(needed)}"
-        more = f" Separating the tied points would take about {span} rounds."
-    reason = answer["pick_reason"]
+    could = f"{tie_set_text(others)} could still be as fast" if others else "nothing is settled"
     return (
-        f" It is not separated from the others: {tie_set_text(answer['tie_set'])} ({test}),"
-        f" so they tie; {reason[0].lower()}{reason[1:]}" + _detectable_text(answer) + more
+        f"Undetermined: the runs ran out before the best was told apart, so {use}"
+        f" {answer['pick_reason']} But {could}, and not all are shown within {margin} of the"
+        " best." + _settle_text(answer)
     )
 
 
 def sentence(rec: Mapping[str, Any]) -> str:
-    """The recommendation: the pick, how it was measured, and what the comparison between
-    rounds says of the others (from ``results/recommendation.json``)."""
+    """The recommendation: its first sentence names the verdict's state and what it means for
+    the user, then the pick, how it was measured and what the runs could tell apart (from
+    ``results/recommendation.json``)."""
     best, runner = rec["best"], rec["runner_up"]
     answer = rec.get("verdict") or {}
     if answer.get("verdict") == "disturbed":  # measured beside other work: no point is named
-        return f"No recommendation for {rec['mode']} / {rec['model']}. {answer['pick_reason']}"
+        return (
+            f"Disturbed: no recommendation for {rec['mode']} / {rec['model']}."
+            f" {answer['pick_reason']}"
+        )
     if best is None:
         statuses = [p["status"] for p in rec["absent_points"]]
         return (
@@ -123,15 +144,26 @@ def sentence(rec: Mapping[str, Any]) -> str:
             f"{len(rec['diverged_batch_sizes'])} diverged, {statuses.count('failed')} run(s) "
             f"failed, {statuses.count('missing')} missing), so there is no recommendation."
         )
-    text = f"Use {config_text(best)}: {_throughput(best):.1f} samples/s ({_runs_text(best)})."
     devices = rec.get("n_devices", 1)
+    scaling = ""
     if devices != 1:
-        text = f"On {devices} devices (data-parallel; batch size and workers per device): {text}"
+        scaling = " Batch size and workers are per device (data-parallel)."
         if best.get("scaling_efficiency") is not None:
-            text += f" Scaling efficiency against one device: {best['scaling_efficiency']:.2f}."
+            scaling += f" Scaling efficiency against one device: {best['scaling_efficiency']:.2f}."
     if runner is None:
-        return text + " It is the only configuration that ran ok, so nothing was compared."
-    return text + _verdict_text(rec)
+        return (
+            f"Use {config_text(best)}: {_throughput(best):.1f} samples/s ({_runs_text(best)})."
+            " It is the only configuration that ran ok, so nothing was compared." + scaling
+        )
+    text = _state_text(rec)
+    if devices != 1:
+        text = f"On {devices} devices: {text}"
+    next_fastest = ""
+    if answer["verdict"] == "separated":
+        next_fastest = (
+            f" The next fastest is {config_text(runner)} at {_throughput(runner):.1f} samples/s."
+        )
+    return text + next_fastest + scaling + _evidence_text(answer)
 
 
 def _quality(point: Mapping[str, Any]) -> str:
@@ -197,11 +229,11 @@ def _noise_caveat(rec: Mapping[str, Any], other: Mapping[str, Any]) -> str | Non
     """Why a difference between the best and ``other`` may be noise, from the verdict: one run
     per point, or ``other`` tied with the best; None when the rounds separate them."""
     answer = rec["verdict"] or {}
-    if answer.get("verdict") == "too_noisy":
+    if answer.get("verdict") == "undetermined" and answer.get("detectable_diff_frac") is None:
         return "one run per point: the run-to-run noise is unknown"
     tied = {(m["batch_size"], m["num_workers"]) for m in answer.get("tie_set") or []}
     if (other["batch_size"], other["num_workers"]) in tied:
-        return "within the run-to-run noise: tied"
+        return "within the run-to-run noise: both could be the best"
     return None
 
 

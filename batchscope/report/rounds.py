@@ -1,24 +1,26 @@
 """The decision after a round: which points the next round measures.
 
-    python -m batchscope.report.rounds --round 2 --rounds 3 --strategy race --level 0.05 \\
-        --order-seed 0 --previous results/rounds/round1.json \\
+    python -m batchscope.report.rounds --round 2 --strategy race --level 0.05 --margin 0.05 \\
+        --rounds 2 --max-rounds 8 [--budget-s 450] --order-seed 0 --foreign-cpu-limit 0.1 \\
+        --previous results/rounds/round1.json \\
         --results results/runs/.../*_round1.json ... --output results/rounds/round2.json
 
-Reads every run so far of the points measured in this round (one throughput per fresh
-process: rounds, and seeds, are independent measurements) and, per group (mode × model ×
-accumulation):
+Reads every run so far (one throughput per fresh process: rounds, and seeds, are independent
+measurements) and, per group (mode × model × sequence length × accumulation × devices):
 
-- ``full``: every point goes on (but one whose runs all failed to measure, e.g. out of
-  memory: that is its result).
-- ``race``: a point significantly slower than the group's leader leaves the race
-  (``batchscope.core.verdict.eliminated``: one-sided Welch tests on log throughput, Holm over the
-  comparisons, the level split over the race's looks); it keeps its measurements. A group in
-  which one point is left is decided and measures no more.
+- before the race's first look (``measure.rounds``), and with ``full``: every point goes on
+  (but one whose runs all failed to measure, e.g. out of memory: that is its result);
+- ``race``, from the first look on: multiple comparisons with the best on every run so far of
+  the group's points, at the level this look spends (``batchscope.core.verdict.Design``); the
+  points measured in this round that are outside the tie set leave the race (keeping their
+  runs), and a group that is separated or equivalent at that level stops. The others go on.
 
-The same results always give the same decision (no clock, no randomness but the recorded order
-seed), so a rerun over them reaches the same next round. Writes the decision as JSON: the
-points of the next round, those eliminated now (and before) with the round, and the next
-round's job order seed.
+A next round that would take the sweep past ``--budget-s`` device-seconds (each run's
+``process_s`` × devices; the next round's cost estimated from each point's runs so far) does not
+start. The same results always give the same decision (no clock, no randomness but the recorded
+order seed), so a rerun over them reaches the same next round. Writes the decision as JSON: the
+points of the next round, those eliminated now (and before) with the round, the groups settled,
+the device-seconds spent and the next round's job order seed.
 """
 
 from __future__ import annotations
@@ -26,64 +28,120 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchscope.core import results, rounds, verdict
 
 
-def throughputs(
-    result_paths: Sequence[str], foreign_cpu_limit: float = 1.0
-) -> tuple[dict[tuple, list[float]], set[tuple]]:
-    """Per point, the throughput of each of its runs that finished ok (oom and diverged runs
-    have none: such a point is not compared, and not eliminated, on speed); and the points with
-    a run measured under foreign load (above ``foreign_cpu_limit``), whose run is left out."""
-    values: dict[tuple, list[float]] = defaultdict(list)
-    loaded: set[tuple] = set()
+@dataclass
+class Runs:
+    """What the runs so far say, per point (a ``rounds.point_of`` tuple)."""
+
+    values: dict[tuple, list[float]] = field(default_factory=dict)  # ok, undisturbed
+    blocks: dict[tuple, list[int]] = field(default_factory=dict)  # their rounds
+    loaded: set[tuple] = field(default_factory=set)  # a run measured under foreign load
+    device_s: dict[tuple, list[float]] = field(default_factory=dict)  # every run's, if recorded
+    measured_in: dict[tuple, set[int]] = field(default_factory=dict)  # rounds with a run
+
+    def spent_s(self) -> float:
+        return sum(sum(v) for v in self.device_s.values())
+
+
+def read_runs(result_paths: Sequence[str], foreign_cpu_limit: float = 1.0) -> Runs:
+    """Per point, the throughput and round of each run that finished ok (oom and diverged runs
+    have none: such a point is not compared, and not eliminated, on speed), the points with a
+    run measured under foreign load (above ``foreign_cpu_limit``, left out), and each run's
+    device-seconds."""
+    runs = Runs()
     for path in result_paths:
         result = results.read_json(path)
         point = rounds.point_of(result)
-        values.setdefault(point, [])
+        round_ = int(result.get("round") or 1)
+        runs.values.setdefault(point, [])
+        runs.blocks.setdefault(point, [])
+        runs.measured_in.setdefault(point, set()).add(round_)
+        seconds = result.get("process_s")
+        if seconds is not None:
+            devices = int(result.get("devices") or 1)
+            runs.device_s.setdefault(point, []).append(float(seconds) * devices)
         if result.get("status") == "ok" and result.get("samples_per_s"):
             if verdict.under_foreign_load(result.get("foreign_cpu_frac"), foreign_cpu_limit):
-                loaded.add(point)
+                runs.loaded.add(point)
             else:
-                values[point].append(float(result["samples_per_s"]))
-    return dict(values), loaded
+                runs.values[point].append(float(result["samples_per_s"]))
+                runs.blocks[point].append(round_)
+    return runs
 
 
-def decide_round(
-    values: Mapping[tuple, list[float]],
-    *,
-    strategy: str,
-    level: float,
-    looks: int,
-    loaded: set[tuple] = frozenset(),
-) -> tuple[list[tuple], list[tuple]]:
-    """(points of the next round, points eliminated now), both sorted. A point in ``loaded``
-    whose every ok run was measured under foreign load is not compared but goes on, so that
-    the next round measures it undisturbed."""
-    groups: dict[tuple, dict[tuple, list[float]]] = defaultdict(dict)
-    for point, runs in values.items():
-        groups[rounds.group_of(point)][point] = runs
+@dataclass
+class Decision:
+    """The points of the next round, those eliminated now, the groups settled (with their
+    state) and why the sweep stops, if it does."""
+
+    going_on: list[tuple]
+    eliminated: list[tuple]
+    settled: dict[tuple, str]
+    stopped: str | None = None
+
+
+def decide_round(runs: Runs, round_: int, design: verdict.Design) -> Decision:
+    """Which points of this round go on (see the module docstring), before any budget."""
+    groups: dict[tuple, list[tuple]] = defaultdict(list)
+    for point in runs.values:
+        groups[rounds.group_of(point)].append(point)
     going_on: list[tuple] = []
     out: list[tuple] = []
-    for members in groups.values():
-        remeasure = [p for p, runs in members.items() if not runs and p in loaded]
-        if strategy == "full":
-            going_on.extend(p for p, runs in members.items() if runs or p in loaded)
-            continue
+    settled: dict[tuple, str] = {}
+    for group, members in groups.items():
+        here = [p for p in members if round_ in runs.measured_in.get(p, ())]
+        remeasure = [p for p in here if not runs.values[p] and p in runs.loaded]
         # a point with no run that finished ok (out of memory, diverged) has its result: it
         # is not measured again, and not compared on speed
-        comparable = {p: runs for p, runs in members.items() if runs}
-        dropped = set()
+        comparable = {p: runs.values[p] for p in members if runs.values[p]}
+        if not design.looks_after(round_):
+            going_on.extend(p for p in here if runs.values[p] or p in remeasure)
+            continue
+        dropped: frozenset = frozenset()
         if len(comparable) > 1:
-            dropped = verdict.eliminated(comparable, level, looks=looks)
-        left = [p for p in comparable if p not in dropped]
-        out.extend(dropped)
-        if len(left) + len(remeasure) > 1:  # one point left: the group is decided
+            found = verdict.look(
+                comparable,
+                design.look_level(round_),
+                design.margin,
+                blocks={p: runs.blocks[p] for p in comparable},
+            )
+            dropped = found.eliminated & set(here)
+            if found.settled:
+                settled[group] = found.state
+        left = [p for p in here if p in comparable and p not in dropped]
+        out.extend(sorted(dropped))
+        if group not in settled and len(left) + len(remeasure) > 1:
             going_on.extend(left + remeasure)
-    return sorted(going_on), sorted(out)
+    return Decision(sorted(going_on), sorted(out), settled)
+
+
+def next_round_s(runs: Runs, points: Sequence[tuple], round_: int) -> float | None:
+    """About the device-seconds of the next round: each point's mean run so far, times its runs
+    in this round (its seeds); None when some point has no recorded device-seconds."""
+    total = 0.0
+    for point in points:
+        spent = runs.device_s.get(point)
+        if not spent:
+            return None
+        per_round = len(spent) / max(1, len(runs.measured_in[point]))
+        total += per_round * sum(spent) / len(spent)
+    return total
+
+
+def apply_budget(decision: Decision, runs: Runs, round_: int, budget_s: float | None) -> Decision:
+    """No next round when it would take the sweep past ``budget_s`` device-seconds."""
+    if budget_s is None or not decision.going_on:
+        return decision
+    cost = next_round_s(runs, decision.going_on, round_)
+    if cost is not None and runs.spent_s() + cost > budget_s:
+        return Decision([], decision.eliminated, decision.settled, stopped="budget")
+    return decision
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,9 +149,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m batchscope.report.rounds", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--round", type=int, required=True, help="the round just finished")
-    parser.add_argument("--rounds", type=int, required=True, help="measure.rounds")
     parser.add_argument("--strategy", choices=("race", "full"), required=True)
-    parser.add_argument("--level", type=float, required=True)
+    parser.add_argument("--level", type=float, required=True, help="sweep.level")
+    parser.add_argument("--margin", type=float, required=True, help="sweep.margin")
+    parser.add_argument("--rounds", type=int, required=True, help="measure.rounds")
+    parser.add_argument("--max-rounds", type=int, required=True, help="sweep.max_rounds")
+    parser.add_argument("--budget-s", type=float, default=None, help="sweep.budget_s")
     parser.add_argument("--order-seed", type=int, required=True)
     parser.add_argument(
         "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit"
@@ -102,31 +163,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", nargs="+", required=True, help="every run so far")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
-    values, loaded = throughputs(args.results, args.foreign_cpu_limit)
-    looks = max(1, args.rounds - 1)  # a race looks after every round but the last
-    going_on, dropped = decide_round(
-        values, strategy=args.strategy, level=args.level, looks=looks, loaded=loaded
+    design = verdict.Design(
+        args.level, args.margin, args.strategy, first_look=args.rounds, max_rounds=args.max_rounds
     )
-    earlier: list[dict[str, Any]] = []
+    runs = read_runs(args.results, args.foreign_cpu_limit)
+    decision = apply_budget(decide_round(runs, args.round, design), runs, args.round, args.budget_s)
+    previous: dict[str, Any] = {"eliminated": [], "settled": []}
     for path in args.previous:
-        earlier = results.read_json(path)["eliminated"]
-    decision = {
+        previous = results.read_json(path)
+    looked = design.looks_after(args.round)
+    document = {
         "round": args.round,
         "strategy": args.strategy,
         "level": args.level,
-        "looks": looks,
+        "look_level": design.look_level(args.round) if looked else None,
+        "margin": args.margin,
         "test": verdict.TEST_NAME,
         "order_seed": args.order_seed,
-        "measured": [rounds.as_dict(p) for p in sorted(values)],
-        "under_foreign_load": [rounds.as_dict(p) for p in sorted(loaded)],
-        "next_round": [list(p) for p in going_on],
-        "eliminated": earlier
-        + [{**rounds.as_dict(p), "eliminated_at_round": args.round} for p in dropped],
+        "measured": [rounds.as_dict(p) for p in sorted(runs.values)],
+        "under_foreign_load": [rounds.as_dict(p) for p in sorted(runs.loaded)],
+        "next_round": [list(p) for p in decision.going_on],
+        "eliminated": previous["eliminated"]
+        + [{**rounds.as_dict(p), "eliminated_at_round": args.round} for p in decision.eliminated],
+        "settled": previous.get("settled", [])
+        + [
+            {**dict(zip(rounds.GROUP_KEYS, g, strict=True)), "state": s, "at_round": args.round}
+            for g, s in sorted(decision.settled.items(), key=lambda item: str(item[0]))
+        ],
+        "device_s": runs.spent_s(),
+        "budget_s": args.budget_s,
+        "stopped": decision.stopped,
     }
-    results.write_json(args.output, decision)
+    results.write_json(args.output, document)
     print(
-        f"batchscope rounds: after round {args.round}: {len(going_on)} point(s) go on,"
-        f" {len(dropped)} eliminated ({args.strategy}, level {args.level})",
+        f"batchscope rounds: after round {args.round}: {len(decision.going_on)} point(s) go on,"
+        f" {len(decision.eliminated)} eliminated, {len(decision.settled)} group(s) settled"
+        f" ({args.strategy}, level {args.level}"
+        + (f", this look {document['look_level']:.4g}" if looked else ", no look")
+        + (", budget spent" if decision.stopped else "")
+        + ")",
         file=sys.stderr,
     )
     return 0

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from batchscope.bench import training
 from batchscope.core import convergence as cv
 from batchscope.core import schedules
-from batchscope.core.stats import t_quantile
+from batchscope.core.stats import mean_ci
 
 # ---------------------------------------------------------------- learning-rate scaling
 
@@ -262,11 +262,15 @@ def test_steps_to_target_needs_exactly_one_target():
         cv.steps_to_target(_curve([0.5]), target_accuracy=0.5, target_loss=0.5)
 
 
-def test_t_quantile_matches_tables():
+def test_mean_ci_half_width_uses_the_tabled_t():
+    """The interval over seeds: half-width t_{0.975, n-1} s / sqrt(n), t from printed tables."""
     table = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 30: 2.042}
-    for df, value in table.items():
-        assert t_quantile(0.975, df) == pytest.approx(value, abs=1e-3)
-    assert t_quantile(0.95, 5) == pytest.approx(2.015, abs=1e-3)
+    for df, t in table.items():
+        values = [float(i % 3) for i in range(df + 1)]
+        mean, low, high = mean_ci(values)
+        half = t * float(np.std(values, ddof=1)) / math.sqrt(df + 1)
+        assert (high - low) / 2 == pytest.approx(half, rel=2e-4)
+        assert mean == pytest.approx(float(np.mean(values)))
 
 
 def _reached(steps):

@@ -8,7 +8,7 @@ import pytest
 
 from batchscope.core import results
 from batchscope.report import answer, objectives, point_table, recommend
-from tests.factories import summary_row
+from tests.factories import design, summary_row
 
 #: (batch size, samples/s, J/sample): fast and hungry, slow and frugal, between.
 POINTS = [(256, 1000.0, 0.5), (32, 200.0, 0.1), (64, 500.0, 0.2)]
@@ -75,7 +75,7 @@ def test_by_point_energy_is_the_median_of_the_runs():
 
 def test_the_answer_carries_the_objectives_and_says_why_without_energy():
     summary = _summary()
-    doc = answer.document(summary, point_table.summarize_points(summary), 0.05, 1.0, 0.3)
+    doc = answer.document(summary, point_table.summarize_points(summary), design(), 1.0, 0.3)
     (found,) = [a["objectives"] for a in doc["answers"]]
     assert found["energy_eta"] == 0.3
     assert found["fastest"] == {k: doc["answers"][0]["pick"][k] for k in found["fastest"]}
@@ -89,7 +89,7 @@ def _recommend(tmp_path, summary):
     paths = {name: tmp_path / name for name in ("s.csv", "env.json", "rec.json", "rec.md")}
     summary.to_csv(paths["s.csv"], index=False)
     paths["env.json"].write_text(json.dumps({"fingerprint": "f", "device_name": "cpu"}))
-    doc = answer.document(summary, point_table.summarize_points(summary), 0.05, 1.0)
+    doc = answer.document(summary, point_table.summarize_points(summary), design(), 1.0)
     results.write_json(paths["rec.json"], doc)
     plot = tmp_path / "plots" / "energy.png"
     argv = ["--summary", str(paths["s.csv"]), "--env", str(paths["env.json"])]

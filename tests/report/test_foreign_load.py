@@ -8,7 +8,7 @@ import pytest
 from batchscope.core import recommendation, results, verdict
 from batchscope.report import answer, diagnosis, point_table
 from batchscope.report import rounds as decide
-from tests.factories import fake_result, summary_row
+from tests.factories import design, fake_result, summary_row
 
 LIMIT = 0.1
 
@@ -27,7 +27,7 @@ def _runs(point_values: dict[tuple[int, int], list[tuple[float, float]]]) -> pd.
 
 
 def _answer(summary: pd.DataFrame) -> dict:
-    doc = answer.document(summary, point_table.summarize_points(summary), 0.05, LIMIT)
+    doc = answer.document(summary, point_table.summarize_points(summary), design(), LIMIT)
     (found,) = doc["answers"]
     return found
 
@@ -67,8 +67,8 @@ def test_a_run_slowed_by_other_work_is_left_out_of_the_verdict():
     assert left["batch_size"] == 8 and left["round"] == 2 and left["foreign_cpu_frac"] == 0.45
     assert left["result"] == "results/runs/infer/small_cnn/bs8_acc1_nw0_seed0_round2.json"
     assert "left out" in found["pick_reason"]
-    counted = answer.document(summary, point_table.summarize_points(summary), 0.05, 1.0)
-    assert counted["answers"][0]["verdict"] == "tie"  # the slow run blurs what the check keeps
+    counted = answer.document(summary, point_table.summarize_points(summary), design(), 1.0)
+    assert counted["answers"][0]["verdict"] == "undetermined"  # the slow run blurs it
 
 
 def test_too_few_undisturbed_runs_and_no_point_is_named():
@@ -86,9 +86,7 @@ def test_too_few_undisturbed_runs_and_no_point_is_named():
     assert sorted(run["round"] for run in found["left_out"]) == [1, 3]
     schema = recommendation.load_schema()
     jsonschema.validate(
-        results.finite_or_null(
-            {"schema_version": 1, "level": 0.05, "test": "t", "answers": [found]}
-        ),
+        results.finite_or_null(recommendation.to_document([found], 0.05)),
         schema,
     )
 
@@ -102,12 +100,12 @@ def test_the_race_leaves_loaded_runs_out_and_remeasures_a_point_that_has_no_othe
             fake_result("infer", batch_size=b, samples_per_s=rate, foreign_cpu_frac=frac),
         )
         paths.append(str(path))
-    values, loaded = decide.throughputs(paths, LIMIT)
-    assert values[("infer", "small_cnn", None, 16, 1, 0, 1)] == [] and loaded == {
+    runs = decide.read_runs(paths, LIMIT)
+    assert runs.values[("infer", "small_cnn", None, 16, 1, 0, 1)] == [] and runs.loaded == {
         ("infer", "small_cnn", None, 16, 1, 0, 1)
     }
-    going_on, _ = decide.decide_round(values, strategy="full", level=0.05, looks=2, loaded=loaded)
-    assert ("infer", "small_cnn", None, 16, 1, 0, 1) in going_on  # measured again, undisturbed
+    found = decide.decide_round(runs, 1, design(strategy="full", first_look=2))
+    assert ("infer", "small_cnn", None, 16, 1, 0, 1) in found.going_on  # measured again
 
 
 def test_the_recommendation_names_no_point_and_the_files_to_redo():
@@ -119,10 +117,10 @@ def test_the_recommendation_names_no_point_and_the_files_to_redo():
             (16, 0): [(900.0, 0.6), (950.0, 0.0), (920.0, 0.5)],
         }
     )
-    doc = answer.document(summary, point_table.summarize_points(summary), 0.05, LIMIT)
+    doc = answer.document(summary, point_table.summarize_points(summary), design(), LIMIT)
     (rec,) = recommend.recommend(summary, answer=doc)
     text = rec["recommendation"]
-    assert text.startswith("No recommendation for infer / small_cnn.")
+    assert text.startswith("Disturbed: no recommendation for infer / small_cnn.")
     assert "Use batch_size" not in text
     assert "results/runs/infer/small_cnn/bs16_acc1_nw0_seed0_round1.json" in text
     assert "results/runs/infer/small_cnn/bs16_acc1_nw0_seed0_round3.json" in text

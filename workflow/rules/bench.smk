@@ -123,7 +123,9 @@ checkpoint max_batch:
 
 
 # After each round but the last: which points the next round measures. With `sweep.strategy:
-# race`, points significantly slower than their group's leader leave; with `full`, none do.
+# race`, from the first look (measure.rounds) on, points shown slower than their group's best
+# leave and settled groups stop, within sweep.max_rounds and sweep.budget_s; with `full`, every
+# point runs measure.rounds rounds.
 # A checkpoint, so that the next round's jobs are the ones it kept; a barrier, so that no run
 # of round r + 1 starts before every run of round r has finished. Light: it runs where Snakemake
 # runs (on a cluster too), so the next round is not held up by a queue.
@@ -141,15 +143,12 @@ checkpoint round_done:
     conda:
         "../envs/report.yaml"
     params:
-        strategy=config["sweep"]["strategy"],
-        level=config["sweep"]["level"],
+        design=race_options,
         order_seed=config["sweep"]["order_seed"],
         foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
-        rounds=ROUNDS,
     shell:
-        "python -m batchscope.report.rounds --round {wildcards.round} --rounds {params.rounds}"
-        " --strategy {params.strategy} --level {params.level} --order-seed {params.order_seed}"
-        " --foreign-cpu-limit {params.foreign_cpu_limit}"
+        "python -m batchscope.report.rounds --round {wildcards.round} {params.design}"
+        " --order-seed {params.order_seed} --foreign-cpu-limit {params.foreign_cpu_limit}"
         " --previous {input.previous:q} --results {input.results:q} --output {output:q}"
         " > {log:q} 2>&1"
 

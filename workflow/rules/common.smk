@@ -6,7 +6,7 @@ import shlex
 
 from snakemake.settings.types import DeploymentMethod
 
-from batchscope.core import datasets, paths, prediction, results, rounds, spec
+from batchscope.core import datasets, paths, prediction, results, rounds, spec, verdict
 from batchscope.core.config import (
     ConfigError,
     check,
@@ -148,15 +148,19 @@ def grid_points():
     ]
 
 
-ROUNDS = config["measure"]["rounds"]
+DESIGN = verdict.Design.from_config(config)
+# the most rounds a point can be measured in: measure.rounds, and with the race up to max_rounds
+ROUNDS = DESIGN.last_round
 ROUND = paths.ROUND
 
 
 def points_in_round(round_):
     """The points measured in a round: all in the first; then those the previous round's
-    decision kept (the race), read once that checkpoint has run."""
+    decision kept (the race), read once that checkpoint has run; none once a round had none."""
     if round_ == 1:
         return grid_points()
+    if not points_in_round(round_ - 1):
+        return []
     if PARTIAL and not os.path.exists(ROUND.format(round=round_ - 1)):
         return []  # a partial report does not wait for rounds that could not run
     with open(checkpoints.round_done.get(round=round_ - 1).output[0]) as handle:
@@ -206,13 +210,13 @@ def round_barrier(wildcards):
 
 
 def round_inputs(wildcards):
-    """What the decision after a round reads: every run so far of the points measured in it."""
+    """What the decision after a round reads: every run so far (the race compares a group's
+    points on all of them, eliminated points' included)."""
     round_ = int(wildcards.round)
-    measured = points_in_round(round_)
     return [
         f"{run_stem(point, seed, r)}.json"
         for r in range(1, round_ + 1)
-        for point in measured
+        for point in points_in_round(r)
         for seed in config["seeds"]
     ]
 
@@ -223,9 +227,23 @@ def previous_round(wildcards):
 
 
 def round_files(wildcards=None):
-    """The decisions after each round but the last (what eliminated each point, and when)."""
-    files = [ROUND.format(round=r) for r in range(1, ROUNDS)]
+    """The decisions after each round that measured points, but the last possible one (what
+    eliminated each point, and when)."""
+    files = [ROUND.format(round=r) for r in range(1, ROUNDS) if points_in_round(r)]
     return [f for f in files if not PARTIAL or os.path.exists(f)]
+
+
+# The race's settings as the rounds and answer commands take them (batchscope.core.verdict.Design)
+DESIGN_OPTIONS = (
+    f"--strategy {DESIGN.strategy} --level {DESIGN.level} --margin {DESIGN.margin}"
+    f" --rounds {DESIGN.first_look} --max-rounds {DESIGN.max_rounds}"
+)
+
+
+def race_options(wildcards):
+    """DESIGN_OPTIONS and the race's budget (sweep.budget_s), for the decision after a round."""
+    budget = config["sweep"]["budget_s"]
+    return DESIGN_OPTIONS + ("" if budget is None else f" --budget-s {budget}")
 
 
 def ceiling_wanted():

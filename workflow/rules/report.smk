@@ -129,12 +129,12 @@ rule answer:
     conda:
         "../envs/report.yaml"
     params:
-        level=config["sweep"]["level"],
+        design=DESIGN_OPTIONS,
         foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
         energy_eta=config["recommend"]["energy_eta"],
     shell:
         "python -m batchscope.report.answer --summary {input.summary:q}"
-        " --by-point {input.by_point:q} --level {params.level}"
+        " --by-point {input.by_point:q} {params.design}"
         " --foreign-cpu-limit {params.foreign_cpu_limit} --energy-eta {params.energy_eta}"
         " --output {output:q} > {log:q} 2>&1"
 
