@@ -89,7 +89,8 @@ def new_sweep(truth, cv, design, budget_s, run_s, rng) -> dict:
         last = round_
         if round_ == design.last_round:
             break
-        decision = race.apply_budget(race.decide_round(runs, round_, design), runs, round_, budget_s)
+        decision = race.decide_round(runs, round_, design)
+        decision = race.apply_budget(decision, runs, round_, budget_s)
         going = [(k[3], k[5]) for k in decision.going_on]
         if not going:
             break
@@ -143,11 +144,12 @@ def summarize(found: list[dict], truth: Mapping, margin: float, run_s: float) ->
     slower = [truth[f["pick"]] < best / (1 + margin) for f in found]
     claimed = [f["state"] in ("separated", "equivalent") for f in found]
     right = [truth[f["pick"]] == best for f in found]
+    separated = [f["state"] == "separated" for f in found]
     return {
         "P(best)": np.mean(right),
-        "P(sep)": np.mean([f["state"] == "separated" and r for f, r in zip(found, right)]),
+        "P(sep)": np.mean([s and r for s, r in zip(separated, right, strict=True)]),
         "P(>margin)": np.mean(slower),
-        "claimed": np.mean([s and c for s, c in zip(slower, claimed)]),
+        "claimed": np.mean([s and c for s, c in zip(slower, claimed, strict=True)]),
         "tie": np.mean([f["tie"] for f in found]),
         "runs": np.mean([f["runs"] for f in found]),
         "device_s": np.mean([f["runs"] for f in found]) * run_s,
@@ -200,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 s = summarize(found, truth, design.margin, run_s)
                 print(f"{name:13s} {cv:4.2f}  {proc:4s}  {s['P(best)']:6.2f} {s['P(sep)']:6.2f}"
-                      f" {s['P(>margin)']:9.2f} {s['claimed']:7.2f} {s['tie']:5.2f} {s['runs']:6.1f}"
-                      f" {s['device_s']:8.0f}  {s['states']}", flush=True)  # fmt: skip
+                      f" {s['P(>margin)']:9.2f} {s['claimed']:7.2f} {s['tie']:5.2f}"
+                      f" {s['runs']:6.1f} {s['device_s']:8.0f}  {s['states']}",
+                      flush=True)  # fmt: skip
     return 0
 
 

@@ -34,7 +34,8 @@ scratch. Printed:
   * ``same pick``: every rerun picked the same batch size and workers;
   * ``agree``: every rerun's pick lies in every rerun's tie set (same pick implies it, since a
     pick is always in its own tie set): no rerun's statistics rule out another rerun's answer;
-  * ``verdicts``: whether the verdict flipped between reruns (e.g. separated, then tie);
+  * ``verdicts``: whether the verdict flipped between reruns (e.g. separated, then
+    undetermined);
   * ``contradiction``: a rerun A *claims a separation* when its verdict is ``separated``: its
     pick X, the leader and only member of its tie set, is significantly faster than every other
     point. Another rerun B *contradicts* that claim, in decreasing strength, when
@@ -44,8 +45,8 @@ scratch. Printed:
     3. ``other-leader``: X is in B's tie set, but B's leader (highest median) is not X;
     4. ``other-pick``: B's leader is X but B picks another point of its tie (by memory, workers).
 
-    A ``too_noisy`` B (a point with one round) or a ``disturbed`` one (measured beside other
-    work: no pick) claims nothing and contradicts nothing; kinds 1
+    A ``disturbed`` B (measured beside other work: no pick) claims nothing and contradicts
+    nothing; kinds 1
     and 2 are the strong ones (two reruns each claiming significance, in opposite directions).
     Each contradiction is printed as ``A->B kind X``, reruns numbered from 1.
 
@@ -158,7 +159,7 @@ def answers_of(document: Mapping[str, Any]) -> dict[Group, Answer]:
 
 def contradiction_kind(claim: Answer, other: Answer) -> str | None:
     """How ``other`` contradicts ``claim``'s separation, or None (no claim, or no conflict)."""
-    if claim.verdict != "separated" or other.verdict in ("too_noisy", "disturbed"):
+    if claim.verdict != "separated" or other.verdict == "disturbed":
         return None
     x = claim.pick
     if other.verdict == "separated" and other.pick != x:

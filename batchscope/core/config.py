@@ -190,7 +190,18 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
     _check_python(config)
     _check_token_models(config)
     _check_warmup(config)
+    _check_rounds(config)
     _check_train(config["train"], config["measure"]["warmup_steps"])
+
+
+def _check_rounds(config: Mapping[str, Any]) -> None:
+    """The race's most rounds are at least the rounds every point gets."""
+    sweep, rounds = config["sweep"], config["measure"]["rounds"]
+    if sweep["strategy"] == "race" and sweep["max_rounds"] < rounds:
+        raise ConfigError(
+            f"config key sweep.max_rounds: {sweep['max_rounds']} is below measure.rounds"
+            f" ({rounds}), the rounds every point is measured in before the race's first look"
+        )
 
 
 def _check_warmup(config: Mapping[str, Any]) -> None:

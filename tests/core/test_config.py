@@ -76,6 +76,19 @@ def test_warmup_in_steps_and_in_epochs_is_one_line_naming_the_epochs_key():
     check(config, SCHEMA)  # epochs alone are fine
 
 
+def test_the_race_may_not_end_before_its_first_look():
+    config = _with("sweep.max_rounds", 3)
+    config["measure"] = {"rounds": 4}
+    with pytest.raises(ConfigError) as info:
+        check(config, SCHEMA)
+    assert str(info.value).startswith("config key sweep.max_rounds: 3 is below measure.rounds (4)")
+    config["sweep"]["strategy"] = "full"  # no race: measure.rounds rounds, max_rounds unused
+    check(config, SCHEMA)
+    check(_with("sweep.margin", 0.1), SCHEMA)
+    with pytest.raises(ConfigError, match="^config key sweep.margin:"):
+        check(_with("sweep.margin", 1.5), SCHEMA)
+
+
 def test_predict_needs_a_target_and_a_short_run_longer_than_the_warmup():
     config = _with("train.predict", True)
     with pytest.raises(ConfigError) as info:

@@ -314,7 +314,7 @@ CASES = {
     # a (largest memory) is clearly fastest
     "separated": {"a": exact(2000, 0.01, 4), "b": exact(1000, 0.01, 4)},
     # a, b, c within 1% with a tight spread: equivalent, b/c have less memory than a
-    "equivalent": {"a": exact(1000, 0.004, 4), "b": exact(998, 0.004, 4), "c": exact(996, 0.004, 4)},
+    "equivalent": {k: exact(c, 0.004, 4) for k, c in (("a", 1000), ("b", 998), ("c", 996))},
     # a and b could both be best, not shown within 5%: the best estimate, a
     "undetermined": {"a": exact(1000, 0.1, 3), "b": exact(950, 0.1, 3), "d": exact(300, 0.1, 3)},
 }

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from tests.factories import ONE_ROUND
+from tests.factories import NO_RACE, ONE_ROUND
 from tests.workflow.test_workflow import job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
@@ -20,6 +20,7 @@ TINY = {
     "num_workers": [0, 2],
     "seeds": [0],
     "measure": {"warmup_steps": 1, **ONE_ROUND},
+    "sweep": NO_RACE,
     "train": {"max_steps": 4},
     "infer": {"max_steps": 4},
 }

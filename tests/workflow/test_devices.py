@@ -32,6 +32,7 @@ TINY = {
         "warmup_steps": 1, "repeats": 1, "min_steps": 2, "min_seconds": 0,
         "diagnostic_steps": 0, "rounds": 1, "ceiling": False,
     },
+    "sweep": {"strategy": "full"},
     # the lr scales to the global batch; the noise scale is measured every other step (steps
     # 2 and 4, off the clock), steps 3 and 5 are measured
     "train": {

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.factories import ONE_ROUND
+from tests.factories import NO_RACE, ONE_ROUND
 from tests.workflow.test_workflow import DEBIAN_FMNIST, REPO, job_counts, snakemake
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +52,7 @@ def copied_example(name: str, where: Path, **grid) -> Path:
     folder = where / name
     shutil.copytree(EXAMPLES / name, folder, ignore=shutil.ignore_patterns("data", "__pycache__"))
     config = folder / "config.yaml"
-    tiny = merged(TINY_MEASURE, {"measure": ONE_ROUND})
+    tiny = merged(TINY_MEASURE, {"measure": ONE_ROUND, "sweep": NO_RACE})
     config.write_text(yaml.safe_dump(merged(yaml.safe_load(config.read_text()), {**tiny, **grid})))
     return config
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from batchscope.core import results
-from tests.factories import ONE_ROUND
+from tests.factories import NO_RACE, ONE_ROUND
 from tests.workflow.test_workflow import REPO, job_counts, write_config
 
 pytestmark = pytest.mark.e2e
@@ -39,6 +39,7 @@ def test_sigkill_mid_run_then_rerun_redoes_only_the_killed_and_missing_jobs(tmp_
         num_workers=[0],
         seeds=[0],
         measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0, **ONE_ROUND},
+        sweep=NO_RACE,
         infer={"max_steps": 1500},  # several seconds per job: long enough to be caught mid-run
     )
     runs = tmp_path / "results" / "runs" / "infer" / "small_cnn"
@@ -136,6 +137,7 @@ def test_a_failed_grid_point_does_not_stop_the_others_and_is_listed_in_a_partial
         num_workers=[0],
         seeds=[0],
         measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0, "ceiling": False, **ONE_ROUND},
+        sweep=NO_RACE,
     )
     first = subprocess.run(_snakemake_cmd(tmp_path, config, "--cores", "2"), env=_env(),
                            capture_output=True, text=True, timeout=900)  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from batchscope.core.config import check, load_schema, with_defaults
-from tests.factories import ONE_ROUND
+from tests.factories import NO_RACE, ONE_ROUND
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -160,6 +160,7 @@ def test_training_on_an_image_folder_validates_on_held_out_images_only(tmp_path)
         "num_workers": [0],
         "measure": {"warmup_steps": 1, "repeats": 1, "min_steps": 1, "ceiling": False,
                     **ONE_ROUND},
+        "sweep": NO_RACE,
     }  # fmt: skip
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.factories import ONE_ROUND
+from tests.factories import NO_RACE, ONE_ROUND
 from tests.workflow.test_workflow import job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
@@ -63,6 +63,7 @@ SWEEP = {
     "num_workers": [0],
     "seeds": [0],
     "measure": {"warmup_steps": 1, **ONE_ROUND},
+    "sweep": NO_RACE,
     "train": {"max_steps": 3},
     "infer": {"max_steps": 3},
 }

@@ -21,6 +21,7 @@ CONFIG = {
     "num_workers": [0],
     "seeds": [0, 1],
     "measure": {"warmup_steps": 2, "ceiling": False, "rounds": 1},
+    "sweep": {"strategy": "full"},
     "train": {"max_steps": 40, "eval_every_samples": 16, "eval_samples": 32,
               "target_accuracy": 0.0, "stop_at_target": True, "noise_scale_every_steps": 2,
               "predict": True, "predict_steps": 6, "predict_calibration": "noise_scale"},

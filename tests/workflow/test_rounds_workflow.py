@@ -10,13 +10,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from batchscope.core import rounds
+from batchscope.core import rounds, verdict
 from batchscope.report import rounds as decide
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
-#: Inference on synthetic images, two batch sizes far apart in throughput, 3 rounds.
+#: Inference on synthetic images, two batch sizes far apart in throughput: 3 rounds in full;
+#: raced, 2 rounds before the first look and at most 3.
 GRID = {
     "dataset": {"name": "synthetic", "channels": 1, "image_size": 12, "num_samples": 1024},
     "models": ["small_cnn"],
@@ -27,15 +28,16 @@ GRID = {
     "measure": {"warmup_steps": 2, "repeats": 2, "min_steps": 4, "min_seconds": 0.2,
                 "rounds": 3, "ceiling": False},
 }  # fmt: skip
+RACE = {"measure": {**GRID["measure"], "rounds": 2}, "sweep": {"max_rounds": 3}}
 
 
 def _sweep(root: Path, strategy: str) -> Path:
     workdir = root / strategy
     workdir.mkdir()
     config = workdir / "config.yaml"
-    config.write_text(
-        yaml.safe_dump({**GRID, "sweep": {"strategy": strategy, "foreign_cpu_limit": 1.0}})
-    )
+    extra = RACE if strategy == "race" else {"sweep": {}}
+    sweep = {**extra["sweep"], "strategy": strategy, "foreign_cpu_limit": 1.0}
+    config.write_text(yaml.safe_dump({**GRID, **extra, "sweep": sweep}))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory"]
     cmd += [str(workdir), "--configfile", str(config), "--cores", "2"]
@@ -79,25 +81,22 @@ def test_race_runs_what_its_recorded_decisions_kept_and_they_follow_from_the_run
     workdir = sweeps["race"]
     runs = [json.loads(p.read_text()) for p in _runs(workdir)]
     assert len(runs) <= len(_runs(sweeps["full"]))
-    measured = {1: {rounds.point_of(r) for r in runs if r["round"] == 1}}
-    for r in (1, 2):
-        path = workdir / "results" / "rounds" / f"round{r}.json"
+    design = verdict.Design(0.05, 0.05, "race", first_look=2, max_rounds=3)
+    decided = sorted((workdir / "results" / "rounds").glob("round*.json"))
+    assert [p.name for p in decided][:2] == ["round1.json", "round2.json"]
+    for path in decided:
         decision = json.loads(path.read_text())
+        r = decision["round"]
         kept = {tuple(p) for p in decision["next_round"]}
         assert kept == {rounds.point_of(x) for x in runs if x["round"] == r + 1}
+        assert (decision["look_level"] is None) == (r == 1)  # no look before measure.rounds
+        assert decision["device_s"] > 0
         # the same runs, decided again, give the same decision
         paths = [str(p) for p in _runs(workdir) if json.loads(p.read_text())["round"] <= r]
-        paths = [p for p in paths if rounds.point_of(json.loads(Path(p).read_text()))
-                 in measured[r]]  # fmt: skip
-        again = decide.decide_round(
-            decide.throughputs(paths)[0], strategy="race", level=0.05, looks=decision["looks"]
-        )
-        assert [list(p) for p in again[0]] == decision["next_round"]
-        measured[r + 1] = kept
+        again = decide.decide_round(decide.read_runs(paths, 1.0), r, design)
+        assert [list(p) for p in again.going_on] == decision["next_round"]
     points = pd.read_csv(workdir / "results" / "summary_by_point.csv").set_index("batch_size")
-    for entry in json.loads((workdir / "results" / "rounds" / "round2.json").read_text())[
-        "eliminated"
-    ]:
+    for entry in json.loads(decided[-1].read_text())["eliminated"]:
         assert (
             points.loc[entry["batch_size"], "eliminated_at_round"] == entry["eliminated_at_round"]
         )
@@ -117,11 +116,13 @@ def test_the_answer_is_valid_and_the_recommendation_says_its_verdict(sweeps):
         (answer,) = document["answers"]
         pick = answer["pick"]
         text = (results / "recommendation.md").read_text()
-        use = f"Use batch_size={pick['batch_size']}, num_workers={pick['num_workers']}:"
+        use = f"use batch_size={pick['batch_size']}, num_workers={pick['num_workers']}:"
         assert use in text
         said = {
-            "separated": "faster than every other point measured",
-            "tie": "so they tie",
-            "too_noisy": "run-to-run noise is unknown",
+            "separated": "Separated: it is faster than every other point measured",
+            "equivalent": "Equivalent: ",
+            "undetermined": "Undetermined: ",
         }
         assert said[answer["verdict"]] in text
+        assert answer["device_s"] > 0
+        assert sum(p["rounds"] for p in answer["points"]) == len(_runs(sweeps[strategy]))

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from slurm_cluster import Cluster, require_slurm, run_killable, slurm_cluster
 
-from tests.factories import ONE_ROUND
+from tests.factories import NO_RACE, ONE_ROUND
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "slurm"
@@ -37,6 +37,7 @@ TINY = {
     "seeds": [0],
     "device": "cpu",
     "measure": {"warmup_steps": 1, **ONE_ROUND},
+    "sweep": NO_RACE,
     "train": {"max_steps": 4},
     "infer": {"max_steps": 4},
 }

@@ -17,37 +17,23 @@ GROUP = ("train", "small_cnn", 1)
 
 
 def member(b, w, median=1000.0):
-    return {
-        "batch_size": b,
-        "num_workers": w,
-        "median_samples_per_s": median,
-        "ci_low": None,
-        "ci_high": None,
-        "cv": None,
-        "n_rounds": 3,
-        "p_value_vs_best": None,
-    }
+    return {"batch_size": b, "num_workers": w, "median_samples_per_s": median, "n_rounds": 3}
 
 
 def document(pick, tie, verdict, mode="train"):
     """A results/recommendation.json with one answer (tie: (b, w) pairs, leader first)."""
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "level": 0.05,
-        "test": "welch_log_t_directional_holm",
+        "test": "mcb_pooled_log",
         "answers": [
             {
                 "mode": mode,
                 "model": "small_cnn",
                 "accumulation_steps": 1,
-                "pick": {"batch_size": pick[0], "num_workers": pick[1]},
+                "pick": None if pick is None else {"batch_size": pick[0], "num_workers": pick[1]},
                 "tie_set": [member(b, w) for b, w in tie],
                 "verdict": verdict,
-                "reason": "r",
-                "pick_reason": "p",
-                "n_rounds": 3,
-                "detectable_diff_frac": None,
-                "rounds_to_separate": [],
             }
         ],
     }
@@ -58,11 +44,11 @@ def answer(pick, tie, verdict):
 
 
 def test_answers_are_read_by_group_with_the_leader_first():
-    doc = document((32, 0), [(64, 2), (32, 0)], "tie")
+    doc = document((32, 0), [(64, 2), (32, 0)], "undetermined")
     doc["answers"] += document((128, 0), [(128, 0)], "separated", mode="infer")["answers"]
     answers = sb.answers_of(doc)
     assert set(answers) == {GROUP, ("infer", "small_cnn", 1)}
-    assert answers[GROUP] == sb.Answer((32, 0), ((64, 2), (32, 0)), "tie")
+    assert answers[GROUP] == sb.Answer((32, 0), ((64, 2), (32, 0)), "undetermined")
     assert answers[GROUP].leader == (64, 2)
 
 
@@ -75,13 +61,13 @@ def test_reruns_with_the_same_pick_agree():
 
 def test_different_picks_agree_when_every_pick_is_in_every_tie_set():
     runs = [
-        answer((32, 0), [(64, 0), (32, 0)], "tie"),
-        answer((64, 0), [(64, 0), (128, 0)], "tie"),  # 32 is not in this tie set
-        answer((64, 0), [(32, 0), (64, 0)], "tie"),
+        answer((32, 0), [(64, 0), (32, 0)], "undetermined"),
+        answer((64, 0), [(64, 0), (128, 0)], "undetermined"),  # 32 is not in this tie set
+        answer((64, 0), [(32, 0), (64, 0)], "undetermined"),
     ]
     found = sb.agreement(runs)
     assert not found["same_pick"] and not found["agree"]
-    runs[1] = answer((64, 0), [(64, 0), (32, 0), (128, 0)], "tie")
+    runs[1] = answer((64, 0), [(64, 0), (32, 0), (128, 0)], "undetermined")
     found = sb.agreement(runs)
     assert not found["same_pick"] and found["agree"]
     assert not found["contradicted"]  # ties claim no separation
@@ -98,9 +84,9 @@ def test_a_separation_contradicted_by_another_separation_is_strong():
 @pytest.mark.parametrize(
     ("other", "kind", "strong"),
     [
-        (answer((128, 0), [(128, 0), (32, 0)], "tie"), "excluded", True),
-        (answer((64, 0), [(128, 0), (64, 0)], "tie"), "other-leader", False),
-        (answer((32, 0), [(64, 0), (32, 0)], "tie"), "other-pick", False),
+        (answer((128, 0), [(128, 0), (32, 0)], "undetermined"), "excluded", True),
+        (answer((64, 0), [(128, 0), (64, 0)], "undetermined"), "other-leader", False),
+        (answer((32, 0), [(64, 0), (32, 0)], "undetermined"), "other-pick", False),
     ],
 )
 def test_kinds_of_contradiction_of_a_separation(other, kind, strong):
@@ -115,22 +101,22 @@ def test_kinds_of_contradiction_of_a_separation(other, kind, strong):
 
 def test_a_tie_led_by_the_separated_point_and_picking_it_does_not_contradict():
     claim = answer((64, 0), [(64, 0)], "separated")
-    other = answer((64, 0), [(64, 0), (32, 0)], "tie")
+    other = answer((64, 0), [(64, 0), (32, 0)], "undetermined")
     found = sb.agreement([claim, other])
     assert found["same_pick"] and found["agree"] and found["contradictions"] == []
 
 
-def test_too_noisy_reruns_and_missing_answers_claim_nothing():
+def test_disturbed_reruns_and_missing_answers_claim_nothing():
     claim = answer((64, 0), [(64, 0)], "separated")
-    noisy = answer((32, 0), [(128, 0), (64, 0), (32, 0)], "too_noisy")
-    found = sb.agreement([claim, noisy, None])
+    disturbed = answer(None, [(128, 0), (64, 0), (32, 0)], "disturbed")
+    found = sb.agreement([claim, disturbed, None])
     assert found["n"] == 2 and found["contradictions"] == []
-    assert not found["agree"]  # the noisy rerun's pick is not in the separated tie set
-    assert found["verdicts"] == ["separated", "too_noisy", None]
+    assert not found["agree"]  # the disturbed rerun names no point: not in the tie set
+    assert found["verdicts"] == ["separated", "disturbed", None]
 
 
 def test_race_agrees_with_full_when_its_pick_is_in_fulls_tie_set():
-    full = answer((32, 0), [(64, 0), (32, 0)], "tie")
+    full = answer((32, 0), [(64, 0), (32, 0)], "undetermined")
     assert sb.full_vs_race(full, answer((64, 0), [(64, 0)], "separated"))["agree"]
     assert sb.full_vs_race(full, answer((32, 0), [(32, 0)], "separated"))["same_pick"]
     outside = sb.full_vs_race(full, answer((256, 0), [(256, 0)], "separated"))

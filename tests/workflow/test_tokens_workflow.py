@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.factories import ONE_ROUND
+from tests.factories import NO_RACE, ONE_ROUND
 from tests.workflow.test_workflow import REPO, is_png, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
@@ -24,6 +24,7 @@ SHRINK = {
     "sequence_lengths": [16, 32],
     "batch_sizes": [4, 8],
     "measure": {"warmup_steps": 1, "min_steps": 1, **ONE_ROUND},
+    "sweep": NO_RACE,
     "train": {"max_steps": 4, "val_batch_size": 100},
     "infer": {"max_steps": 4},
 }

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.factories import ONE_ROUND
+from tests.factories import NO_RACE, ONE_ROUND
 
 REPO = Path(__file__).resolve().parents[2]
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -66,6 +66,7 @@ TINY = {
     "num_workers": [0, 1],
     "seeds": [0],
     "measure": {"warmup_steps": 2, "diagnostic_steps": 3, **ONE_ROUND},
+    "sweep": NO_RACE,
     "train": {"max_steps": 8, "lr": 0.02},
     "infer": {"max_steps": 8},
 }
@@ -241,6 +242,7 @@ def test_oom_is_a_result_and_the_sweep_completes(tmp_path):
         num_workers=[0],
         seeds=[0],
         measure={"warmup_steps": 1, **ONE_ROUND},
+        sweep=NO_RACE,
         infer={"max_steps": 3},
         cpu_memory_budget_mb=64,  # a 4096 x 3 x 64 x 64 float batch alone is 192 MB
     )
@@ -265,6 +267,7 @@ def test_accumulation_axis_from_config_to_table_and_recommendation(tmp_path):
         num_workers=[0],
         seeds=[0],
         measure={"warmup_steps": 1, "repeats": 1, **ONE_ROUND},
+        sweep=NO_RACE,
         train={
             "max_steps": 5,
             "lr": 0.01,
@@ -318,6 +321,7 @@ def test_corrupt_image_is_skipped_counted_and_logged(tmp_path):
             "min_steps": 0,
             **ONE_ROUND,
         },  # one pass over the images
+        sweep=NO_RACE,
     )
     done = snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -156,7 +156,8 @@ ROUND = paths.ROUND
 
 def points_in_round(round_):
     """The points measured in a round: all in the first; then those the previous round's
-    decision kept (the race), read once that checkpoint has run; none once a round had none."""
+    decision kept (the race), read once that checkpoint has run; none once a round had none.
+    """
     if round_ == 1:
         return grid_points()
     if not points_in_round(round_ - 1):
