@@ -101,7 +101,8 @@ def new_sweep(truth, cv, design, budget_s, run_s, rng) -> dict:
     )
     pick, _ = recommendation.choose(found, rows_of(truth))
     n = sum(len(v) for v in values.values())
-    return {"pick": pick, "state": found.verdict, "tie": len(found.tie_set), "runs": n}
+    return {"pick": pick, "state": found.verdict, "tie": len(found.tie_set), "runs": n,
+            "detectable": found.detectable_diff_frac}  # fmt: skip
 
 
 def _holm_doubled(values: Mapping, level: float) -> tuple:
@@ -135,7 +136,7 @@ def old_sweep(truth, cv, level, rng) -> dict:
     rows = rows_of(truth)
     pick = min(tie, key=lambda p: (rows[p]["peak_mem_mb"], p[1], -np.median(values[p])))
     state = "separated" if len(tie) == 1 else "tie"
-    return {"pick": pick, "state": state, "tie": len(tie),
+    return {"pick": pick, "state": state, "tie": len(tie), "detectable": None,
             "runs": sum(len(v) for v in values.values())}  # fmt: skip
 
 
@@ -153,6 +154,7 @@ def summarize(found: list[dict], truth: Mapping, margin: float, run_s: float) ->
         "tie": np.mean([f["tie"] for f in found]),
         "runs": np.mean([f["runs"] for f in found]),
         "device_s": np.mean([f["runs"] for f in found]) * run_s,
+        "det<=0.3": np.mean([(f["detectable"] or 9) <= 0.30 for f in found]),
         "states": {s: sum(f["state"] == s for f in found) for s in {f["state"] for f in found}},
     }
 
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     design, budget_s = design_of(args.config)
     print(f"new: {design}, budget_s={budget_s}, run_s={args.run_s}; old: {OLD_ROUNDS} rounds,"
           f" run_s={args.old_run_s}; {args.sweeps} sweeps each\n")  # fmt: skip
-    head = "grid          cv    proc  P(best) P(sep) P(>margin) claimed  tie   runs  device_s"
+    head = "grid          cv    proc  P(best) P(sep) P(>margin) claimed  tie   runs  device_s det<=.3"
     print(head + "  states")
     for name in args.grid:
         truth = GRIDS[name]
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 s = summarize(found, truth, design.margin, run_s)
                 print(f"{name:13s} {cv:4.2f}  {proc:4s}  {s['P(best)']:6.2f} {s['P(sep)']:6.2f}"
                       f" {s['P(>margin)']:9.2f} {s['claimed']:7.2f} {s['tie']:5.2f}"
-                      f" {s['runs']:6.1f} {s['device_s']:8.0f}  {s['states']}",
+                      f" {s['runs']:6.1f} {s['device_s']:8.0f} {s['det<=0.3']:7.2f}  {s['states']}",
                       flush=True)  # fmt: skip
     return 0
 

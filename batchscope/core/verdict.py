@@ -18,7 +18,8 @@ two or three. A difference of logs is a ratio of throughputs.
   beside it.
 - *Blocks.* When the runs' rounds are known, the model with a round effect is fitted by least
   squares as well, and kept when the F test of the round effects has p < :data:`BLOCKING_LEVEL`
-  (Bancroft's "sometimes pool" rule of a preliminary test at 0.25): the estimates are then the
+  (Bancroft's "sometimes pool" rule of a preliminary test at 0.25) and the blocks pay for the
+  degrees of freedom they take (Fisher's relative efficiency above 1): the estimates are then the
   least-squares means. A machine that drifts between rounds gains from it; a quiet one does not.
 
 **Selection of the best.** Hsu's multiple comparisons with the best, MCB (J. C. Hsu, "Constrained
@@ -201,9 +202,9 @@ def fit(
             found = _blocked(keys, logs, blocks, pooled, sse, df)
             if found is not None:
                 blocking_p, block_fit = found
-                if blocking_p < BLOCKING_LEVEL:
+                if blocking_p < BLOCKING_LEVEL and _efficiency(var, df, *block_fit[:2]) > 1:
                     blocked = True
-                    df, var, means, block_cov = block_fit
+                    var, df, means, block_cov = block_fit
                     var_df[pooled] = df
                     estimate[pooled] = means
                     cov[np.ix_(pooled, pooled)] = block_cov
@@ -224,6 +225,14 @@ def fit(
         levene_p=_levene(logs),
         noisy=tuple(keys[i] for i in sorted(noisy)),
     )
+
+
+def _efficiency(var: float, df: int, var_blocked: float, df_blocked: int) -> float:
+    """Fisher's relative efficiency of the blocked model, its degrees of freedom counted
+    (Cochran & Cox, Experimental Designs, 1957, 4.3): above 1 when the blocks pay for the
+    degrees of freedom they take."""
+    adjust = ((df_blocked + 1) * (df + 3)) / ((df_blocked + 3) * (df + 1))
+    return adjust * var / var_blocked
 
 
 def _noisy(logs: Sequence[np.ndarray]) -> set[int]:
@@ -260,7 +269,7 @@ def _levene(logs: Sequence[np.ndarray]) -> float | None:
 
 
 def _blocked(keys, logs, blocks, pooled, sse, df):
-    """(p of the round effects' F test, (df, variance, LS means, their covariance)) of the
+    """(p of the round effects' F test, (variance, df, LS means, their covariance)) of the
     pooled points with rounds as blocks, or None when the design cannot tell rounds apart."""
     from scipy import stats
 
@@ -298,7 +307,7 @@ def _blocked(keys, logs, blocks, pooled, sse, df):
     ls[:, :k] = np.eye(k)
     ls[:, k:] = 1.0 / r
     xtx = np.linalg.pinv(x.T @ x)
-    return p, (df_b, var, ls @ beta, var * ls @ xtx @ ls.T)
+    return p, (var, df_b, ls @ beta, var * ls @ xtx @ ls.T)
 
 
 # ---------------------------------------------------------------- comparisons with the best

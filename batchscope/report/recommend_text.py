@@ -147,7 +147,7 @@ def sentence(rec: Mapping[str, Any]) -> str:
     devices = rec.get("n_devices", 1)
     scaling = ""
     if devices != 1:
-        scaling = " Batch size and workers are per device (data-parallel)."
+        scaling = f" On {devices} devices (data-parallel): batch size and workers are per device."
         if best.get("scaling_efficiency") is not None:
             scaling += f" Scaling efficiency against one device: {best['scaling_efficiency']:.2f}."
     if runner is None:
@@ -156,8 +156,6 @@ def sentence(rec: Mapping[str, Any]) -> str:
             " It is the only configuration that ran ok, so nothing was compared." + scaling
         )
     text = _state_text(rec)
-    if devices != 1:
-        text = f"On {devices} devices: {text}"
     next_fastest = ""
     if answer["verdict"] == "separated":
         next_fastest = (
