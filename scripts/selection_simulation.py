@@ -188,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     design, budget_s = design_of(args.config)
     print(f"new: {design}, budget_s={budget_s}, run_s={args.run_s}; old: {OLD_ROUNDS} rounds,"
           f" run_s={args.old_run_s}; {args.sweeps} sweeps each\n")  # fmt: skip
-    head = "grid          cv    proc  P(best) P(sep) P(>margin) claimed  tie   runs  device_s det<=.3"
-    print(head + "  states")
+    print("grid          cv    proc  P(best) P(sep) P(>margin) claimed  tie   runs  device_s"
+          " det<=.3  states")  # fmt: skip
     for name in args.grid:
         truth = GRIDS[name]
         for cv in args.cv:
