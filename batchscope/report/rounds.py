@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit"
     )
     parser.add_argument("--previous", nargs="*", default=[], help="the previous decision")
-    parser.add_argument("--results", nargs="+", required=True, help="every run so far")
+    parser.add_argument("--results", nargs="*", default=[], help="every run so far")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
     design = verdict.Design(

@@ -14,6 +14,7 @@ rule aggregate:
         ceilings=ceiling_results,
         # what the race decided after each round (eliminated_at_round)
         rounds=round_files,
+        later_rounds=later_round_files,
         env="results/env/environment.json",
     output:
         summary=report(
@@ -47,5 +48,5 @@ rule aggregate:
     shell:
         "python -m batchscope.report.aggregate --results {params.results:q} {params.partial}"
         " --env {input.env:q} --summary {output.summary:q} --by-point {output.by_point:q}"
-        " --curves {output.curves:q} --ceilings {input.ceilings:q} --rounds {input.rounds:q}"
+        " --curves {output.curves:q} --ceilings {input.ceilings:q} --rounds {input.rounds:q} {input.later_rounds:q}"
         " --foreign-cpu-limit {params.foreign_cpu_limit} > {log:q} 2>&1"

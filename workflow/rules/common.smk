@@ -228,9 +228,21 @@ def previous_round(wildcards):
 
 
 def round_files(wildcards=None):
-    """The decisions after each round that measured points, but the last possible one (what
-    eliminated each point, and when)."""
-    files = [ROUND.format(round=r) for r in range(1, ROUNDS) if points_in_round(r)]
+    """The decisions after the rounds up to the race's first look (what eliminated each point,
+    and when): every point goes on until then (a point whose runs all failed to measure is its
+    own result), so they are known before any run."""
+    files = [
+        ROUND.format(round=r) for r in range(1, min(ROUNDS, DESIGN.first_look + 1))
+    ]
+    return [f for f in files if not PARTIAL or os.path.exists(f)]
+
+
+def later_round_files(wildcards=None):
+    """The decisions after the later rounds that measured points, but the last possible one:
+    known once the decisions before them are (a separate input, so that round_files are known
+    before the sweep starts)."""
+    later = range(DESIGN.first_look + 1, ROUNDS)
+    files = [ROUND.format(round=r) for r in later if points_in_round(r)]
     return [f for f in files if not PARTIAL or os.path.exists(f)]
 
 

@@ -28,6 +28,7 @@ rule plots:
         # the pick, its tie set and the race's eliminations: the throughput figure marks them
         answer="results/recommendation.json",
         rounds=round_files,
+        later_rounds=later_round_files,
     output:
         **(
             {
@@ -89,7 +90,7 @@ rule plots:
     shell:
         "python -m batchscope.report.plots --summary {input.summary:q} --curves {input.curves:q}"
         " --outdir {params.outdir:q} --maxbatch {input.maxbatch:q} --answer {input.answer:q}"
-        " --rounds {input.rounds:q} > {log:q} 2>&1"
+        " --rounds {input.rounds:q} {input.later_rounds:q} > {log:q} 2>&1"
 
 
 # With several `devices` values: throughput and scaling efficiency against the devices.
