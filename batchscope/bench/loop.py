@@ -217,6 +217,10 @@ class LoopState:
         self.sums = dict.fromkeys(BREAKDOWN, 0.0)  # the diagnostic steps' phases
         self.diagnostic_s: list[float] = []
         self.checked = 0  # steps whose loss poll() has read
+        # where the loop's time goes, on the host clock (batchscope.bench.jobtime)
+        self.host_s = dict.fromkeys(("warmup", "measured", "after_pause", "diagnostic"), 0.0)
+        self.paused_s = 0.0  # inside the pauses themselves
+        self.prepare_s = 0.0  # the loop's own set-up before its first step
 
     @property
     def step(self) -> int:
@@ -258,6 +262,7 @@ class LoopState:
             self.measured_count += 1
         if self.refill_left > 0 and not step.pauses:
             self.refill_left -= 1
+        self.host_s[step.phase] += step.host_s
         self.steps.append(step)
         self.samples_seen += step.samples
         if len(self.steps) == 1:  # the memory dry run: the allocator's peak of one whole step
@@ -351,7 +356,11 @@ def _run_hook(state: LoopState, hook, args, pauses: list, utilisation) -> tuple[
         state.paused()
     if utilisation is not None:
         utilisation.active = active
-    return (extra, time.perf_counter() - host_start) if extra else ({}, 0.0)
+    if not extra:
+        return {}, 0.0
+    paused_s = time.perf_counter() - host_start
+    state.paused_s += paused_s
+    return extra, paused_s
 
 
 def measured_loop(
@@ -381,11 +390,13 @@ def measured_loop(
     ``agree(done)`` (a data-parallel run's) makes every rank end at the same step: the run
     ends when any rank's would (its windows full on its clock, its loss non-finite).
     """
+    entered = time.perf_counter()
     state = LoopState(spec, device, _measurable_steps(spec, loader))
     energy = energy_meter.meter_for(device) if energy is None else energy
     bar = _progress(state.planned, f"{spec.mode} bs={loader.batch_size} nw={spec.num_workers}")
     state.clock.settle()
     last_end = state.clock.mark(), time.perf_counter()  # the end of the last step
+    state.prepare_s = last_end[1] - entered
     batches = _batches(loader, state.stamps)
     try:
         _timed_steps(

@@ -5,6 +5,8 @@ validation and the noise scale hooked in off the clock, then the measured loop
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch.utils.data import Dataset, Subset
 
@@ -187,7 +189,9 @@ class _Training:
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()
         )
         if result["status"] == "ok" and self.val_loader is not None:
+            started = time.perf_counter()
             self._validate(model, spec, device, result, rows)
+            result["phase_validation_s"] = time.perf_counter() - started
         result.update(_target_fields(spec, rows))
         if self.noise is not None:
             result.update(self.noise.summary(), noise_scale_unmeasured_reason=None)
@@ -248,6 +252,7 @@ def run(
     over its share of the data; the ranks agree on when the loop ends)."""
     if spec.compute.precision not in PRECISIONS:
         raise ValueError(f"unknown precision {spec.compute.precision!r}")
+    started = time.perf_counter()
     model, runnable = _prepare_model(model, spec, device, group)
     loader = batches
     if loader is None:
@@ -271,6 +276,7 @@ def run(
     after = training.after if training else None
     stop = after.reached if after is not None and spec.train.stop_at_target else None
     with measure.GpuUtilisation(device) as utilisation, host:
+        ready = time.perf_counter()
         result = measured_loop(
             loader,
             step_fn,
@@ -284,6 +290,7 @@ def run(
             utilisation=utilisation,
             agree=group.agree if group is not None else None,
         )
+    result["phase_prepare_s"] += ready - started  # the loop's own set-up, and ours before it
     result["gpu_util_pct_mean"] = utilisation.mean_pct
     result.update(measure.peak_memory(device, host))
     # the first step from holding its batch: compilation and other first-call costs, without
