@@ -65,6 +65,7 @@ def make_spec(
     seed: int = 0,
     devices: int = 1,
     sequence_length: int | None = None,
+    round: int = 1,
     **config_changes: Any,
 ) -> spec_module.RunSpec:
     """The run spec of one grid point of ``sweep_config(**config_changes)``; token data takes
@@ -83,6 +84,7 @@ def make_spec(
         num_workers=num_workers,
         seed=seed,
         devices=devices,
+        round=round,
     )
 
 

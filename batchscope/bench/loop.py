@@ -513,8 +513,9 @@ def _close_span(state: LoopState, energy: energy_meter.EnergyMeter, utilisation)
 
 
 def _wants_diagnostics(state: LoopState) -> bool:
-    """Diagnostic steps follow a throughput run that ended well: a run towards a target keeps
-    its model as trained, and neither a trial of the largest-batch search nor the compute-only
+    """Diagnostic steps follow a throughput run that ended well, in its point's first round
+    (a point needs its breakdown once, not once per round): a run towards a target keeps its
+    model as trained, and neither a trial of the largest-batch search nor the compute-only
     ceiling (whose input is ready on the device) needs a breakdown."""
     spec = state.spec
     return (
@@ -522,6 +523,7 @@ def _wants_diagnostics(state: LoopState) -> bool:
         and state.status == "ok"
         and not state.stopped_early
         and spec.throughput_run
+        and spec.once_per_point
         and spec.kind == "bench"
     )
 

@@ -180,7 +180,8 @@ class _Training:
         return self.optimizer.param_groups[0]["lr"]
 
     def finish(self, model, spec: RunSpec, device, result: dict, rows: list[dict]) -> None:
-        """Validate after training (off the clock) and add the training fields to ``result``."""
+        """Validate after training (off the clock; a throughput run in its point's first round
+        only) and add the training fields to ``result``."""
         result["lr"] = self.lr
         result["base_lr"] = spec.train.lr
         result["lr_scaling"] = spec.train.lr_scaling
@@ -188,7 +189,7 @@ class _Training:
         result["batchnorm_layers"] = sum(
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()
         )
-        if result["status"] == "ok" and self.val_loader is not None:
+        if result["status"] == "ok" and self.val_loader is not None and spec.once_per_point:
             started = time.perf_counter()
             self._validate(model, spec, device, result, rows)
             result["phase_validation_s"] = time.perf_counter() - started
