@@ -155,7 +155,8 @@ class _Step:
 
 
 def planned_steps(spec: RunSpec, steps_per_epoch: int) -> int:
-    """Steps the run is planned for: epochs (train) or one pass (infer), capped by max_steps."""
+    """Steps the run is planned for: epochs (train) or one pass (infer, which ends with its
+    windows, before or after it), capped by max_steps."""
     epochs = spec.train.epochs if spec.train is not None else 1
     planned = steps_per_epoch * epochs
     return planned if spec.max_steps is None else min(planned, spec.max_steps)
@@ -235,17 +236,16 @@ class LoopState:
         )
 
     def finished(self) -> bool:
-        """The run's end: never past max_steps. Inference: one pass, and on until the windows are
-        full. Training: a throughput run ends once its windows are full (or its planned steps
-        are done); a run towards a target does its planned steps."""
+        """The run's end: never past max_steps. A throughput run (inference, or training with
+        no target and no in-training evaluation) ends once its windows are full; inference goes
+        on past one pass until they are, training ends with its planned steps whatever. A run
+        towards a target does its planned steps."""
         spec = self.spec
         if spec.max_steps is not None and self.step >= spec.max_steps:
             return True
-        if spec.mode == "infer":
-            return self.step >= self.planned and self.windows_full()
         if spec.throughput_run and self.step > self.measure.warmup_steps and self.windows_full():
             return True
-        return self.step >= self.planned
+        return spec.mode == "train" and self.step >= self.planned
 
     def next_phase(self) -> str:
         """The phase of the step about to run, before any pause inside it."""

@@ -180,6 +180,13 @@ def test_a_later_round_towards_a_target_still_validates():
     assert steps[-1]["val_accuracy"] == result["val_accuracy"]
 
 
+def test_infer_stops_within_its_pass_once_each_window_has_its_minimum():
+    """A whole pass over the data is no part of the measurement: the windows decide."""
+    result, steps = _run(mode="infer", data=_data(n=400), repeats=2, min_steps=3)  # 50 a pass
+    assert result["measured_steps"] == 6
+    assert [s["phase"] for s in steps] == ["warmup"] * 2 + ["measured"] * 6
+
+
 def test_infer_runs_past_one_pass_until_each_window_has_its_minimum_steps():
     result, steps = _run(mode="infer", data=_data(n=40), repeats=3, min_steps=6)  # 5 per pass
     assert result["measured_steps"] == 18
