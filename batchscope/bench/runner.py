@@ -270,13 +270,15 @@ def run(
         training = _Training(model, runnable, spec, device, loader, val_data, group)
     step_fn = training.step_fn if training else infer_step(runnable, spec, device)
     log = StepLog()
-    host = measure.HostMemory().start()  # before the budget, which would count its thread
+    host = measure.HostMemory()
+    if spec.num_workers > 0 and batches is None:  # no workers, no thread beside the steps
+        host.start()  # before the budget, which would count its thread
     if spec.cpu_memory_budget_mb is not None and device.type == "cpu":
         measure.limit_cpu_memory(spec.cpu_memory_budget_mb)
     measure.reset_peak_memory(device)
     after = training.after if training else None
     stop = after.reached if after is not None and spec.train.stop_at_target else None
-    with measure.GpuUtilisation(device) as utilisation, host:
+    with measure.GpuUtilisation(device) as utilisation, host.sampling():
         ready = time.perf_counter()
         result = measured_loop(
             loader,

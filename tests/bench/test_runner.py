@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from batchscope.bench import loop, loop_result, models, runner, seeding
+from batchscope.bench import loop, loop_result, measure, models, runner, seeding
 from tests.factories import make_spec, settings
 
 CPU = torch.device("cpu")
@@ -506,3 +506,20 @@ def test_an_effective_batch_of_one_records_the_noise_scale_as_unmeasurable():
     assert "effective batch of 1" in result["noise_scale_unmeasured_reason"]
     measured, _ = _run(max_steps=6, noise_scale_every_steps=2)
     assert measured["noise_scale_unmeasured_reason"] is None
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_memory_sampling_thread_runs_only_beside_workers(monkeypatch, workers):
+    """Without workers there is nothing to sample, and a thread waking 20 times a second
+    would only compete with the steps for the cores: one reading after the loop instead."""
+    started, readings = [], []
+    start, sample = measure.HostMemory.start, measure.HostMemory.sample
+    monkeypatch.setattr(measure.HostMemory, "start", lambda self: started.append(1) or start(self))
+    monkeypatch.setattr(
+        measure.HostMemory, "sample", lambda self: readings.append(1) or sample(self)
+    )
+    spec = make_spec("infer", num_workers=workers, **settings("infer", max_steps=4))
+    model = models.build_model("small_cnn", num_classes=4, in_channels=1)
+    result, _ = runner.run(model, spec, CPU, _data())
+    assert result["status"] == "ok" and bool(started) == (workers > 0)
+    assert readings and (result["workers_uss_mb"] > 0) == (workers > 0)
