@@ -133,6 +133,7 @@ def run_job(spec: Path, checkout: Path, folder: Path, name: str, args) -> dict[s
     figures = {p: result.get(f"phase_{p}_s") for p in PHASES}
     figures.update(process_s=result.get("process_s"), outside_s=outside)
     figures.update(measured_s=result["measured_s"], samples_per_s=result["samples_per_s"])
+    figures["foreign_cpu_frac"] = result.get("foreign_cpu_frac")  # another user's load
     if result.get("process_s") is not None:
         figures["exit"] = outside - result["process_s"]
     return figures
@@ -152,6 +153,7 @@ def summarise(runs: list[dict]) -> dict[str, float | None]:
     out = {row: median([r.get(row) for r in runs]) for row in ROWS[:-1]}
     out["outside share"] = median([1 - r["measured_s"] / r["outside_s"] for r in runs])
     out["samples_per_s"] = median([r["samples_per_s"] for r in runs])
+    out["foreign_cpu_frac"] = median([r["foreign_cpu_frac"] for r in runs])
     return out
 
 
@@ -159,12 +161,13 @@ def print_table(medians: dict[str, dict[str, dict]], labels: list[str], runs: in
     """One column per point (and checkout), one row per phase: medians over ``runs`` jobs, s."""
     columns = [(point, label) for point in medians for label in labels]
     width = max(12, *(len(p) + 1 for p, _ in columns))
-    print(f"\nmedians over {runs} fresh jobs per column, seconds (the share: a fraction)")
+    print(f"\nmedians over {runs} fresh jobs per column, seconds (the share: a fraction;"
+          " foreign_cpu_frac: other processes' share of the machine, 0.5: a core)")  # fmt: skip
     head = "".join(f"{p:>{width}}" for p, _ in columns)
     print(f"{'':<14}{head}")
     if len(labels) > 1:
         print(f"{'':<14}" + "".join(f"{label:>{width}}" for _, label in columns))
-    for row in (*ROWS, "samples_per_s"):
+    for row in (*ROWS, "samples_per_s", "foreign_cpu_frac"):
         cells = []
         for point, label in columns:
             value = medians[point][label].get(row)
