@@ -76,6 +76,7 @@ def make_spec(
     seed: int = 0,
     devices: int = 1,
     sequence_length: int | None = None,
+    round: int = 1,
     **config_changes: Any,
 ) -> spec_module.RunSpec:
     """The run spec of one grid point of ``sweep_config(**config_changes)``; token data takes
@@ -94,6 +95,7 @@ def make_spec(
         num_workers=num_workers,
         seed=seed,
         devices=devices,
+        round=round,
     )
 
 
@@ -229,6 +231,20 @@ def fake_result(
         "compile_s": None,
         "wall_s": 1.0,
         "process_s": 2.0,
+        "phase_startup_s": 1.0,
+        "phase_setup_s": 0.05,
+        "phase_data_s": 0.1,
+        "phase_model_s": 0.01,
+        "phase_flops_s": 0.01,
+        "phase_prepare_s": 0.01,
+        "phase_workers_s": 0.01,
+        "phase_warmup_s": 0.1,
+        "phase_measured_s": 0.64 if ok else 0.19 if measured else 0.0,
+        "phase_paused_s": 0.0,
+        "phase_diagnostic_s": 0.0,
+        "phase_validation_s": 0.0,
+        "phase_write_s": 0.01,
+        "phase_other_s": 0.06,
         "peak_mem_mb": 100.0,
         "peak_rss_mb": 100.0,
         "workers_uss_mb": 0.0,

@@ -26,7 +26,6 @@ import dataclasses
 import json
 import os
 import sys
-import time
 from datetime import UTC, datetime
 
 from batchscope.core import results
@@ -188,7 +187,9 @@ def _open_tokens(spec: RunSpec):
 
 
 def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
-    started = time.perf_counter()
+    from batchscope.bench.jobtime import JobClock
+
+    clock = JobClock()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     import torch
@@ -212,9 +213,11 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     seeds = seeding.seed_everything(
         spec.seed, deterministic=spec.deterministic, compile=spec.compute.compile
     )
+    clock.lap("setup")
     work, val, channels = _open_data(spec)
     sample = work.dataset[0][0]
     side = sample.shape[-1] if sample.dim() == 3 else None  # images: C x H x W
+    clock.lap("data")
 
     def build():
         return models.build(
@@ -223,9 +226,11 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
 
     model = build()
     models.load_weights(model, spec.model_entry)
+    clock.lap("model")
     flops = model_check.count_flops(
         spec.model_entry, build, tuple(sample.shape), train=spec.mode == "train", dtype=sample.dtype
     )
+    clock.lap("flops")
     print(
         f"batchscope bench: {spec.mode} {spec.model} on {spec.dataset.name},"
         f" sequence_length={spec.sequence_length} batch_size={spec.batch_size}"
@@ -236,39 +241,29 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
     )
     batches = _ceiling_batches(spec, device, work.dataset) if spec.kind == "ceiling" else None
     with ForeignLoad() as foreign:
+        clock.lap("prepare")
         outcome, steps = runner.run(
             model, spec, device, work.dataset, val.dataset if val else None,
             batches=batches, group=group,
         )  # fmt: skip
+        clock.skip()  # the loop's phases and the validation's are the runner's
     context = {"env": env, "device": device, "seeds": seeds, "work": work, "channels": channels}
+    context["started_at"] = started_at
+    context["phases"] = {k: outcome.pop(k) for k in list(outcome) if k.startswith("phase_")}
     outcome.update(foreign.fields())
     if group is not None:
         context["foreign"] = foreign
-        measured, clock = (outcome, steps), (started, started_at)
+        measured = (outcome, steps)
         return _finish_distributed(spec, args, group, measured, flops, context, model, clock)
     result = _result(spec, outcome, flops, context, torch.get_num_threads())
     result.update(models.result_fields(spec.model_entry, model))
     # after the validation pass too, the allocator's cache still held: the search's judgement
     result["cuda_peak_device_mb"] = measure.cuda_peak_device_mb(device)
     result["started_at"] = started_at
-    result["wall_s"] = time.perf_counter() - started
-    result["process_s"] = process_s()
-    results.write_csv(args.steps, steps, results.STEP_COLUMNS)
-    results.write_json(args.output, result)
+    _write(args, result, steps, clock, context["phases"])
     summary = {k: result[k] for k in ("status", "samples_per_s", "peak_mem_mb", "val_accuracy")}
     print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
     return 0
-
-
-def process_s() -> float | None:
-    """Seconds since the operating system started this process: the job's whole time so far,
-    the interpreter's start and the imports included (None where psutil cannot tell)."""
-    import psutil
-
-    try:
-        return max(0.0, time.time() - psutil.Process().create_time())
-    except (psutil.Error, OSError):
-        return None
 
 
 def _injected_fault(rank: int) -> None:
@@ -279,6 +274,17 @@ def _injected_fault(rank: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _write(args: argparse.Namespace, result: dict, steps: list[dict], clock, phases) -> None:
+    """Write the steps CSV, then the result with the job's clock: ``wall_s`` up to the
+    files, ``process_s`` and the phases (``batchscope.bench.jobtime``) up to the result's."""
+    result["wall_s"] = clock.elapsed_s()
+    clock.skip()
+    results.write_csv(args.steps, steps, results.STEP_COLUMNS)
+    clock.lap("write")
+    result.update(clock.fields(phases))
+    results.write_json(args.output, result)
+
+
 def _finish_distributed(spec, args, group, measured, flops, context, model, clock) -> int:
     """Gather every rank's measurement on rank 0, which writes the result; the others write
     nothing. A rank out of memory fails the job: the others are held in an all-reduce it will
@@ -287,7 +293,7 @@ def _finish_distributed(spec, args, group, measured, flops, context, model, cloc
 
     from batchscope.bench import ddp, measure, models
 
-    (outcome, steps), (started, started_at) = measured, clock
+    outcome, steps = measured
     if outcome["status"] == "oom":
         error = f"batchscope bench: rank {group.rank} of {group.world_size}: error:"
         print(f"{error} out of memory: {outcome['error']}", file=sys.stderr)
@@ -309,11 +315,8 @@ def _finish_distributed(spec, args, group, measured, flops, context, model, cloc
     result.update(models.result_fields(spec.model_entry, model))
     peaks = [r["cuda_peak_device_mb"] for r in ranks if r["cuda_peak_device_mb"] is not None]
     result["cuda_peak_device_mb"] = max(peaks) if peaks else None
-    result["started_at"] = started_at
-    result["wall_s"] = time.perf_counter() - started
-    result["process_s"] = process_s()
-    results.write_csv(args.steps, steps, results.STEP_COLUMNS)
-    results.write_json(args.output, result)
+    result["started_at"] = context["started_at"]
+    _write(args, result, steps, clock, context["phases"])
     summary = {k: result[k] for k in ("status", "samples_per_s", "samples_per_s_per_rank")}
     print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
     return 0

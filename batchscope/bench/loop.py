@@ -155,7 +155,8 @@ class _Step:
 
 
 def planned_steps(spec: RunSpec, steps_per_epoch: int) -> int:
-    """Steps the run is planned for: epochs (train) or one pass (infer), capped by max_steps."""
+    """Steps the run is planned for: epochs (train) or one pass (infer, which ends with its
+    windows, before or after it), capped by max_steps."""
     epochs = spec.train.epochs if spec.train is not None else 1
     planned = steps_per_epoch * epochs
     return planned if spec.max_steps is None else min(planned, spec.max_steps)
@@ -217,6 +218,10 @@ class LoopState:
         self.sums = dict.fromkeys(BREAKDOWN, 0.0)  # the diagnostic steps' phases
         self.diagnostic_s: list[float] = []
         self.checked = 0  # steps whose loss poll() has read
+        # where the loop's time goes, on the host clock (batchscope.bench.jobtime)
+        self.host_s = dict.fromkeys(("warmup", "measured", "after_pause", "diagnostic"), 0.0)
+        self.paused_s = 0.0  # inside the pauses themselves
+        self.prepare_s = 0.0  # the loop's own set-up before its first step
 
     @property
     def step(self) -> int:
@@ -231,17 +236,16 @@ class LoopState:
         )
 
     def finished(self) -> bool:
-        """The run's end: never past max_steps. Inference: one pass, and on until the windows are
-        full. Training: a throughput run ends once its windows are full (or its planned steps
-        are done); a run towards a target does its planned steps."""
+        """The run's end: never past max_steps. A throughput run (inference, or training with
+        no target and no in-training evaluation) ends once its windows are full; inference goes
+        on past one pass until they are, training ends with its planned steps whatever. A run
+        towards a target does its planned steps."""
         spec = self.spec
         if spec.max_steps is not None and self.step >= spec.max_steps:
             return True
-        if spec.mode == "infer":
-            return self.step >= self.planned and self.windows_full()
         if spec.throughput_run and self.step > self.measure.warmup_steps and self.windows_full():
             return True
-        return self.step >= self.planned
+        return spec.mode == "train" and self.step >= self.planned
 
     def next_phase(self) -> str:
         """The phase of the step about to run, before any pause inside it."""
@@ -258,6 +262,7 @@ class LoopState:
             self.measured_count += 1
         if self.refill_left > 0 and not step.pauses:
             self.refill_left -= 1
+        self.host_s[step.phase] += step.host_s
         self.steps.append(step)
         self.samples_seen += step.samples
         if len(self.steps) == 1:  # the memory dry run: the allocator's peak of one whole step
@@ -351,7 +356,11 @@ def _run_hook(state: LoopState, hook, args, pauses: list, utilisation) -> tuple[
         state.paused()
     if utilisation is not None:
         utilisation.active = active
-    return (extra, time.perf_counter() - host_start) if extra else ({}, 0.0)
+    if not extra:
+        return {}, 0.0
+    paused_s = time.perf_counter() - host_start
+    state.paused_s += paused_s
+    return extra, paused_s
 
 
 def measured_loop(
@@ -381,11 +390,13 @@ def measured_loop(
     ``agree(done)`` (a data-parallel run's) makes every rank end at the same step: the run
     ends when any rank's would (its windows full on its clock, its loss non-finite).
     """
+    entered = time.perf_counter()
     state = LoopState(spec, device, _measurable_steps(spec, loader))
     energy = energy_meter.meter_for(device) if energy is None else energy
     bar = _progress(state.planned, f"{spec.mode} bs={loader.batch_size} nw={spec.num_workers}")
     state.clock.settle()
     last_end = state.clock.mark(), time.perf_counter()  # the end of the last step
+    state.prepare_s = last_end[1] - entered
     batches = _batches(loader, state.stamps)
     try:
         _timed_steps(
@@ -502,8 +513,9 @@ def _close_span(state: LoopState, energy: energy_meter.EnergyMeter, utilisation)
 
 
 def _wants_diagnostics(state: LoopState) -> bool:
-    """Diagnostic steps follow a throughput run that ended well: a run towards a target keeps
-    its model as trained, and neither a trial of the largest-batch search nor the compute-only
+    """Diagnostic steps follow a throughput run that ended well, in its point's first round
+    (a point needs its breakdown once, not once per round): a run towards a target keeps its
+    model as trained, and neither a trial of the largest-batch search nor the compute-only
     ceiling (whose input is ready on the device) needs a breakdown."""
     spec = state.spec
     return (
@@ -511,6 +523,7 @@ def _wants_diagnostics(state: LoopState) -> bool:
         and state.status == "ok"
         and not state.stopped_early
         and spec.throughput_run
+        and spec.once_per_point
         and spec.kind == "bench"
     )
 

@@ -96,6 +96,7 @@ def timing_result(state: LoopState, seconds: list[float], last_loss: float | Non
             else None
         ),
         **measure.step_stats(step_s if ok else []),
+        **host_phases(state),
     }
     if ok:
         result.update(window_stats(samples, step_s, state.measure.repeats))
@@ -103,3 +104,23 @@ def timing_result(state: LoopState, seconds: list[float], last_loss: float | Non
         result.update(samples_per_s=None, samples_per_s_iqr=None, repeats=0, noisy=None)
         result.update(samples_per_s_windows=None)
     return result
+
+
+def host_phases(state: LoopState) -> dict[str, float | None]:
+    """The loop's share of ``batchscope.bench.jobtime.PHASES``, on the host clock: its set-up,
+    the workers' start (the first loader iterator to its first batch, carved out of the first
+    warm-up step; null without a warm-up, where it is in the first measured step), the
+    warm-up, the measured steps, the pauses with the steps left out after them, and the
+    diagnostic steps."""
+    host, stamps = state.host_s, state.stamps
+    workers = None
+    if state.steps and state.steps[0].phase == "warmup" and "first_batch" in stamps:
+        workers = stamps["first_batch"] - stamps["iter_started"]
+    return {
+        "phase_prepare_s": state.prepare_s,
+        "phase_workers_s": workers,
+        "phase_warmup_s": host["warmup"] - (workers or 0.0),
+        "phase_measured_s": host["measured"],
+        "phase_paused_s": host["after_pause"] + state.paused_s,
+        "phase_diagnostic_s": host["diagnostic"],
+    }

@@ -11,6 +11,7 @@ import os
 import resource
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -220,6 +221,19 @@ class HostMemory:
         if self._stop is not None:
             self._stop.set()
             self._thread.join()
+
+    @contextmanager
+    def sampling(self):
+        """The sampling (if :meth:`start` started it) for the ``with`` block, stopped at its
+        end; not started, no thread runs and one reading is taken at the end instead (a run
+        without workers has no descendants to watch, normally none at all)."""
+        try:
+            yield self
+        finally:
+            if self._stop is not None:
+                self.__exit__()
+            else:
+                self.sample()
 
 
 def peak_memory(device: torch.device, host: HostMemory | None = None) -> dict[str, float | None]:

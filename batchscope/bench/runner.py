@@ -5,6 +5,8 @@ validation and the noise scale hooked in off the clock, then the measured loop
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch.utils.data import Dataset, Subset
 
@@ -178,7 +180,8 @@ class _Training:
         return self.optimizer.param_groups[0]["lr"]
 
     def finish(self, model, spec: RunSpec, device, result: dict, rows: list[dict]) -> None:
-        """Validate after training (off the clock) and add the training fields to ``result``."""
+        """Validate after training (off the clock; a throughput run in its point's first round
+        only) and add the training fields to ``result``."""
         result["lr"] = self.lr
         result["base_lr"] = spec.train.lr
         result["lr_scaling"] = spec.train.lr_scaling
@@ -186,8 +189,10 @@ class _Training:
         result["batchnorm_layers"] = sum(
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()
         )
-        if result["status"] == "ok" and self.val_loader is not None:
+        if result["status"] == "ok" and self.val_loader is not None and spec.once_per_point:
+            started = time.perf_counter()
             self._validate(model, spec, device, result, rows)
+            result["phase_validation_s"] = time.perf_counter() - started
         result.update(_target_fields(spec, rows))
         if self.noise is not None:
             result.update(self.noise.summary(), noise_scale_unmeasured_reason=None)
@@ -248,6 +253,7 @@ def run(
     over its share of the data; the ranks agree on when the loop ends)."""
     if spec.compute.precision not in PRECISIONS:
         raise ValueError(f"unknown precision {spec.compute.precision!r}")
+    started = time.perf_counter()
     model, runnable = _prepare_model(model, spec, device, group)
     loader = batches
     if loader is None:
@@ -264,13 +270,16 @@ def run(
         training = _Training(model, runnable, spec, device, loader, val_data, group)
     step_fn = training.step_fn if training else infer_step(runnable, spec, device)
     log = StepLog()
-    host = measure.HostMemory().start()  # before the budget, which would count its thread
+    host = measure.HostMemory()
+    if spec.num_workers > 0 and batches is None:  # no workers, no thread beside the steps
+        host.start()  # before the budget, which would count its thread
     if spec.cpu_memory_budget_mb is not None and device.type == "cpu":
         measure.limit_cpu_memory(spec.cpu_memory_budget_mb)
     measure.reset_peak_memory(device)
     after = training.after if training else None
     stop = after.reached if after is not None and spec.train.stop_at_target else None
-    with measure.GpuUtilisation(device) as utilisation, host:
+    with measure.GpuUtilisation(device) as utilisation, host.sampling():
+        ready = time.perf_counter()
         result = measured_loop(
             loader,
             step_fn,
@@ -284,6 +293,7 @@ def run(
             utilisation=utilisation,
             agree=group.agree if group is not None else None,
         )
+    result["phase_prepare_s"] += ready - started  # the loop's own set-up, and ours before it
     result["gpu_util_pct_mean"] = utilisation.mean_pct
     result.update(measure.peak_memory(device, host))
     # the first step from holding its batch: compilation and other first-call costs, without

@@ -181,7 +181,8 @@ class RunSpec:
     seed: int
     #: token ids per sample (token datasets); None for images
     sequence_length: int | None
-    #: which independent measurement of this grid point (1-based): rounds differ in nothing else
+    #: which independent measurement of this grid point (1-based): rounds measure alike; a
+    #: throughput run's diagnostic steps and validation come in round 1 only (once_per_point)
     round: int
     device: str
     deterministic: bool
@@ -222,6 +223,15 @@ class RunSpec:
             and train.target_loss is None
             and train.eval_every_samples is None
         )
+
+    @property
+    def once_per_point(self) -> bool:
+        """Whether this run also does what its grid point needs once, not in every round:
+        after a throughput run's windows, the diagnostic steps (the ``time_*_ms`` breakdown)
+        and the validation after training run in round 1 only (of each seed); later rounds
+        measure the same steps and end with their windows. A run towards a target, whose
+        evaluations are part of what it measures, validates in every round."""
+        return self.round == 1 or not self.throughput_run
 
     @property
     def effective_batch_size(self) -> int:

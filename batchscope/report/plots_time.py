@@ -7,7 +7,8 @@
   (``BREAKDOWN_PARTS``), per batch size and worker count; a failed point is labelled in place of
   its bar.
 
-Both are means over the seeds that ran ok.
+Both are means over the runs that ran ok (the breakdown: over those that timed it, a throughput
+run's first round of each seed).
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ def _label_cells(ax, labels: pd.DataFrame) -> None:
 def breakdown_figure(summary: pd.DataFrame) -> Figure:
     """Stacked bars of the mean step time (ms) per batch size and worker count, split into the
     runner's bookkeeping, data wait, host-to-device copy, forward, backward, optimizer and the
-    rest; one panel per mode x model. A bar is the mean over the point's ok seeds, so its parts
-    add up to the mean step time (marked by a black dash); failed points are labelled."""
+    rest; one panel per mode x model. A bar is the mean over the point's ok runs that timed
+    the breakdown (a throughput run's diagnostic steps: round 1 of each seed), its parts beside
+    those runs' mean step time (a black dash); failed points are labelled."""
     title = "Step time breakdown"
     columns = [column for _, column in BREAKDOWN_PARTS if column in summary]
     summary = result_files.with_grid_defaults(summary)
@@ -190,6 +192,8 @@ def _draw_breakdown(ax, rows: pd.DataFrame, position: dict, colors: dict) -> dic
     parts = [(label, c) for label, c in BREAKDOWN_PARTS if c in rows]
     numeric = [c for _, c in parts] + ([STEP_TIME] if STEP_TIME in rows else [])
     ok = rows[rows["status"] == "ok"]
+    # the runs that timed a breakdown (round 1 of each seed): their step time beside their parts
+    ok = ok[ok[[c for _, c in parts]].apply(pd.to_numeric).notna().any(axis=1)]
     means = (
         ok.assign(**{c: pd.to_numeric(ok[c]) for c in numeric})
         .groupby(["batch_size", "num_workers"])[numeric]

@@ -118,6 +118,15 @@ def test_the_result_follows_the_result_schema(tmp_path, shape):
     assert result["status"] == ("oom" if shape == "out of memory" else "ok")
     with open(f"{out}.steps.csv") as handle:
         assert handle.readline().strip().split(",") == list(results.STEP_COLUMNS)
+    # where the process's time went: the phases add up to it (to the clock's tick)
+    phases = {k: v for k, v in result.items() if k.startswith("phase_")}
+    assert result["process_s"] > result["wall_s"] > result["measured_s"]
+    assert sum(v for v in phases.values() if v is not None) == pytest.approx(
+        result["process_s"], abs=0.05
+    )
+    assert phases["phase_measured_s"] == pytest.approx(result["measured_s"], abs=1e-3)  # CPU
+    if shape.startswith("train towards"):  # its evaluations pause the loop
+        assert phases["phase_paused_s"] > 0 and phases["phase_validation_s"] > 0
 
 
 _EXIT = """

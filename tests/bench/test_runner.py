@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from batchscope.bench import loop, loop_result, models, runner, seeding
+from batchscope.bench import loop, loop_result, measure, models, runner, seeding
 from tests.factories import make_spec, settings
 
 CPU = torch.device("cpu")
@@ -20,7 +20,7 @@ def _data(n=96, value=None, seed=0):
     return TensorDataset(x, torch.randint(0, 4, (n,), generator=g))
 
 
-def _run(mode="train", batch_size=8, seed=0, data=None, accumulation_steps=1, **kw):
+def _run(mode="train", batch_size=8, seed=0, data=None, accumulation_steps=1, round=1, **kw):
     kw.setdefault("diagnostic_steps", 0)  # the tests about the breakdown ask for them
     seeding.seed_everything(seed, deterministic=True, compile=kw.get("compile", False))
     model = models.build_model("small_cnn", num_classes=4, in_channels=1)
@@ -29,6 +29,7 @@ def _run(mode="train", batch_size=8, seed=0, data=None, accumulation_steps=1, **
         batch_size=batch_size,
         accumulation_steps=accumulation_steps,
         seed=seed,
+        round=round,
         **settings(mode, **kw),
     )
     data = data if data is not None else _data()
@@ -152,6 +153,38 @@ def test_every_phase_is_timed_in_the_diagnostic_steps(mode):
     plain, steps = _run(mode=mode, max_steps=6, diagnostic_steps=0)
     assert "diagnostic" not in {s["phase"] for s in steps}
     assert plain["time_forward_ms"] is None and plain["time_other_ms"] is None
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_a_later_round_measures_alike_without_diagnostic_steps_or_validation(mode):
+    """What a point needs once (its breakdown, its accuracy) comes from its first round; a
+    later round measures the same steps and ends with its windows."""
+    first, first_steps = _run(mode=mode, max_steps=6, diagnostic_steps=3)
+    later, steps = _run(mode=mode, max_steps=6, diagnostic_steps=3, round=2)
+    assert [s["phase"] for s in first_steps][-3:] == ["diagnostic"] * 3
+    assert [s["phase"] for s in steps] == ["warmup"] * 2 + ["measured"] * 4
+    assert first["diagnostic_steps"] == 3 and first["time_forward_ms"] > 0
+    assert later["diagnostic_steps"] == 0 and later["time_forward_ms"] is None
+    assert later["phase_diagnostic_s"] == 0
+    if mode == "train":
+        assert first["val_accuracy"] is not None and first["phase_validation_s"] > 0
+        assert later["val_accuracy"] is later["val_samples"] is None
+        assert "phase_validation_s" not in later and later["final_loss"] is not None
+
+
+def test_a_later_round_towards_a_target_still_validates():
+    result, steps = _run(
+        max_steps=8, round=2, eval_every_samples=32, target_accuracy=0.99, stop_at_target=False
+    )
+    assert result["val_accuracy"] is not None and result["val_samples"] == 32
+    assert steps[-1]["val_accuracy"] == result["val_accuracy"]
+
+
+def test_infer_stops_within_its_pass_once_each_window_has_its_minimum():
+    """A whole pass over the data is no part of the measurement: the windows decide."""
+    result, steps = _run(mode="infer", data=_data(n=400), repeats=2, min_steps=3)  # 50 a pass
+    assert result["measured_steps"] == 6
+    assert [s["phase"] for s in steps] == ["warmup"] * 2 + ["measured"] * 6
 
 
 def test_infer_runs_past_one_pass_until_each_window_has_its_minimum_steps():
@@ -473,3 +506,21 @@ def test_an_effective_batch_of_one_records_the_noise_scale_as_unmeasurable():
     assert "effective batch of 1" in result["noise_scale_unmeasured_reason"]
     measured, _ = _run(max_steps=6, noise_scale_every_steps=2)
     assert measured["noise_scale_unmeasured_reason"] is None
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_memory_sampling_thread_runs_only_beside_workers(monkeypatch, workers):
+    """Without workers there is nothing to sample, and a thread waking 20 times a second
+    would only compete with the steps for the cores: one reading after the loop instead."""
+    started, readings = [], []
+    start, sample = measure.HostMemory.start, measure.HostMemory.sample
+    monkeypatch.setattr(measure.HostMemory, "start", lambda self: started.append(1) or start(self))
+    monkeypatch.setattr(
+        measure.HostMemory, "sample", lambda self: readings.append(1) or sample(self)
+    )
+    spec = make_spec("infer", num_workers=workers, **settings("infer", max_steps=4))
+    model = models.build_model("small_cnn", num_classes=4, in_channels=1)
+    result, _ = runner.run(model, spec, CPU, _data())
+    assert result["status"] == "ok" and bool(started) == (workers > 0) and readings
+    if workers:  # (without workers, a child this test process has left might be counted)
+        assert result["workers_uss_mb"] > 0

@@ -536,3 +536,22 @@ def test_scaling_efficiency_compares_per_point_medians_over_rounds_with_one_devi
     assert by_devices.get_group((128, 4)).isna().all()
     points = point_table.summarize_points(summary).set_index(["batch_size", "devices"])
     assert points.loc[(64, 2), "scaling_efficiency"] == pytest.approx(180 / 220)
+
+
+def test_a_points_breakdown_and_accuracy_come_from_its_first_round_and_its_throughput_from_all():
+    """A throughput run times its breakdown and validates in round 1 only: the points table
+    takes those from the runs that have them, and the throughput from every round."""
+    from tests.factories import summary_row
+
+    later = {"val_accuracy": None, "val_loss": None, "val_samples": None}
+    later |= {f"time_{p}_ms": None for p in ("runner", "data_wait", "h2d", "forward")}
+    later |= {f"time_{p}_ms": None for p in ("backward", "optimizer", "other")}
+    rows = [
+        summary_row(round=1, samples_per_s=100.0, val_accuracy=0.7, time_forward_ms=30.0),
+        summary_row(round=2, samples_per_s=110.0, **later),
+        summary_row(round=3, samples_per_s=120.0, **later),
+    ]
+    (point,) = point_table.summarize_points(pd.DataFrame(rows)).to_dict("records")
+    assert point["n_ok"] == 3 and point["samples_per_s_median"] == pytest.approx(110.0)
+    assert point["val_accuracy_mean"] == 0.7 and point["time_forward_ms_mean"] == 30.0
+    assert math.isnan(point["val_accuracy_ci95_low"])  # one value: no interval

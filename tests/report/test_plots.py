@@ -216,6 +216,19 @@ def _stacks(ax) -> dict[float, float]:
     return totals
 
 
+def test_breakdown_bars_and_dash_come_from_the_runs_that_timed_a_breakdown():
+    """Only a point's first round times the breakdown; its later rounds (slower here) leave
+    the time_*_ms keys empty and neither the bars nor the dash take them in."""
+    first = breakdown_rows("infer", 64, 0)
+    blank = {key: np.nan for key in first if key.startswith("time_")}
+    later = [{**first, **blank, "round": r, "step_time_ms_mean": 50.0} for r in (2, 3)]
+    ax = plots_time.breakdown_figure(pd.DataFrame([first, *later])).axes[0]
+    (stack,) = _stacks(ax).values()
+    assert stack == pytest.approx(first["step_time_ms_mean"])
+    (dashes,) = [c for c in ax.collections if c.get_label() == "mean step time"]
+    assert dashes.get_offsets()[:, 1].tolist() == pytest.approx([first["step_time_ms_mean"]])
+
+
 def test_breakdown_bars_add_up_to_the_mean_step_time():
     rows = [
         breakdown_rows(mode, b, w, seed)

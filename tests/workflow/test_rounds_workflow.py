@@ -72,6 +72,12 @@ def test_full_measures_every_point_in_every_round_in_the_shuffled_order(sweeps):
     assert points["n_rounds"].tolist() == [3, 3]
     assert points["eliminated_at_round"].isna().all()
     assert (points["samples_per_s_cv"] > 0).all()
+    # a point's breakdown is timed once, in round 1; later rounds end with their windows
+    for path in runs:
+        run = json.loads(path.read_text())
+        assert (run["diagnostic_steps"] > 0) == (run["round"] == 1)
+        assert (run["time_forward_ms"] is not None) == (run["round"] == 1)
+    assert points["time_forward_ms_mean"].notna().all()
 
 
 def test_race_runs_what_its_recorded_decisions_kept_and_they_follow_from_the_runs(sweeps):
