@@ -122,7 +122,7 @@ def settings(mode: str = "train", **values: Any) -> dict:
 
 
 #: What an end-to-end test's sweep measures unless rounds are its subject: one round, windows
-#: of a few steps rather than seconds (the default sweep races 1 s windows over 2-8 rounds) ...
+#: of a few steps rather than seconds (the default sweep races 0.5 s windows over 2-8 rounds) ...
 ONE_ROUND = {"rounds": 1, "min_seconds": 0}
 #: ... and no race after it (with the race, measure.rounds is only where its first look is).
 NO_RACE = {"strategy": "full"}

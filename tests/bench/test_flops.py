@@ -150,10 +150,15 @@ def test_deterministic_kernels_set_what_use_deterministic_algorithms_sets(compil
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
     )
+    fill = torch.utils.deterministic.fill_uninitialized_memory
     try:
         torch.use_deterministic_algorithms(False)
+        torch.utils.deterministic.fill_uninitialized_memory = True
         seeding.deterministic_kernels(compile=compile)
         assert torch.are_deterministic_algorithms_enabled()
         assert torch.is_deterministic_algorithms_warn_only_enabled()
+        # the fill of new memory, which a user's loop does not pay, is off
+        assert torch.utils.deterministic.fill_uninitialized_memory is False
     finally:
         torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        torch.utils.deterministic.fill_uninitialized_memory = fill
