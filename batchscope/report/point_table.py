@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import rounds, verdict
+from batchscope.core import pooled, rounds
 from batchscope.core.stats import mean_ci
 from batchscope.report.diagnosis import diagnose
 from batchscope.report.result_files import POINT_KEYS
@@ -84,7 +84,7 @@ def summarize_points(
     ``<metric>_ci95_high`` (Student t over the ok runs; empty with fewer than two); the
     ROUND_COLUMNS:
     rounds with an ok run, the median throughput over the ok runs with a 95% interval
-    (``batchscope.core.verdict.point_stats``: the t interval of the mean log throughput), the
+    (``batchscope.core.pooled.point_stats``: the t interval of the mean log throughput), the
     run-to-run coefficient of variation, and the round after which the race dropped the point
     (``eliminated``, from ``results/rounds/``; empty if it never was); for each of MEAN_METRICS
     the summary has, its mean over the ok runs (``<metric>_mean``); ``energy_source`` and,
@@ -190,7 +190,7 @@ def _round_spread(ok: pd.DataFrame, rounds_of: pd.Series) -> dict[str, Any]:
     out = dict.fromkeys(ROUND_COLUMNS[:-1])
     out["n_rounds"] = int(rounds_of.nunique())
     if values:
-        stats = verdict.point_stats(values)
+        stats = pooled.point_stats(values)
         out.update(
             samples_per_s_median=stats["median"],
             samples_per_s_median_ci95_low=stats["ci_low"],

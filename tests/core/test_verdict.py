@@ -1,4 +1,4 @@
-"""batchscope.core.verdict: the pooled model and multiple comparisons with the best, against
+"""batchscope.core.verdict: multiple comparisons with the best, against
 independent references and on fake runs whose truth is known; picking and the document."""
 
 from __future__ import annotations
@@ -65,56 +65,6 @@ def test_dunnett_critical_value_against_monte_carlo(corr, df, level):
 
 def test_dunnett_of_one_comparison_is_the_t_quantile():
     assert v.dunnett_critical(np.ones((1, 1)), 6, 0.05) == pytest.approx(sps.t.ppf(0.95, 6))
-
-
-# ------------------------------------------------------------------ the pooled model
-
-
-def test_pooled_variance_is_the_within_points_mean_square():
-    points = {"a": [100.0, 110.0, 95.0], "b": [200.0, 190.0], "c": [50.0, 52.0, 49.0, 51.0]}
-    f = v.fit(points)
-    logs = [np.log(points[k]) for k in "abc"]
-    ss = sum(((y - y.mean()) ** 2).sum() for y in logs)
-    assert f.df == 9 - 3
-    assert f.sd_log == pytest.approx(math.sqrt(ss / 6))
-    assert f.se(0, 1) == pytest.approx(f.sd_log * math.sqrt(1 / 3 + 1 / 2))
-    assert not f.noisy and not f.blocked
-
-
-def test_a_point_far_noisier_than_the_rest_keeps_its_own_variance():
-    rng = np.random.default_rng(3)
-    points = {k: drawn(1000, 0.02, 4, rng) for k in "abcde"}
-    points["loud"] = [500.0, 1500.0, 900.0, 2000.0]
-    f = v.fit(points)
-    assert f.noisy == ("loud",)
-    loud = f.keys.index("loud")
-    quiet = [np.log(points[k]) for k in "abcde"]
-    pooled = sum(((y - y.mean()) ** 2).sum() for y in quiet) / (5 * 3)
-    assert f.sd_log == pytest.approx(math.sqrt(pooled))  # the pool leaves it out
-    own = np.log(points["loud"]).var(ddof=1) / 4
-    assert f.cov[loud, loud] == pytest.approx(own)
-    assert 3 <= f.pair_df(loud, 0) < f.df  # Welch-Satterthwaite, between its 3 and the pool's
-    # with its own variance it cannot be told apart from the others, nor drag them into a tie
-    answer = v.decide(points, LEVEL, MARGIN)
-    assert "loud" in answer.tie_set
-
-
-def test_rounds_become_blocks_when_they_drift():
-    """A machine that drifts by round: the round effects absorb the drift, the pooled spread
-    shrinks and the points are told apart; without drift the blocks are left out."""
-    drift = {1: 1.0, 2: 0.8, 3: 1.15, 4: 0.9}
-    rng = np.random.default_rng(8)
-    points, blocks = {}, {}
-    for key, center in (("a", 1000.0), ("b", 960.0), ("c", 700.0)):
-        points[key] = [center * drift[r] * math.exp(rng.normal(0, 0.01)) for r in drift]
-        blocks[key] = list(drift)
-    f = v.fit(points, blocks)
-    assert f.blocked and f.blocking_p < v.BLOCKING_LEVEL
-    assert f.sd_log < v.fit(points).sd_log / 3
-    assert v.decide(points, LEVEL, MARGIN, blocks=blocks).verdict == "separated"
-    assert v.decide(points, LEVEL, MARGIN).verdict == "undetermined"  # the drift as noise
-    steady = {"a": [1000.0, 1020.0, 980.0, 1010.0], "b": [707.0, 686.0, 714.0, 693.0]}
-    assert not v.fit(steady, {k: [1, 2, 3, 4] for k in steady}).blocked
 
 
 # ------------------------------------------------------------------ selection of the best

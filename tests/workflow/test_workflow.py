@@ -318,9 +318,9 @@ def test_corrupt_image_is_skipped_counted_and_logged(tmp_path):
         measure={
             "warmup_steps": 1,
             "repeats": 1,
-            "min_steps": 0,
+            "min_steps": 2,
             **ONE_ROUND,
-        },  # one pass over the images
+        },  # inference ends when its window has 2 steps: with the warm-up, one pass
         sweep=NO_RACE,
     )
     done = snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
