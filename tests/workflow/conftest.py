@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.workflow.test_workflow import DEBIAN_FMNIST, TINY, snakemake, write_config
+from tests.workflow.helpers import DEBIAN_FMNIST, TINY, snakemake, write_config
 
 
 @pytest.fixture(scope="session")

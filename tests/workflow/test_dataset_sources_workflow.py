@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from tests.factories import NO_RACE, ONE_ROUND
-from tests.workflow.test_workflow import job_counts, snakemake, write_config
+from tests.workflow.helpers import job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 

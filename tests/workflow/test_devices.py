@@ -14,7 +14,7 @@ import pytest
 
 from batchscope.bench.job import FAULT_RANK_ENV
 from batchscope.core import paths
-from tests.workflow.test_workflow import is_png, job_counts, snakemake, write_config
+from tests.workflow.helpers import is_png, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 

@@ -59,11 +59,12 @@ def test_env_is_pinned_on_conda_forge_and_agrees_with_pyproject(path):
 
 
 def _rules() -> list[tuple[str, str, str]]:
-    """(rule name, conda env file, batchscope module it runs) for every rule with a command."""
+    """(rule name, conda env file, batchscope module it runs) for every rule and checkpoint
+    with a command."""
     found = []
     for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        for block in re.split(r"\n(?=rule )", smk.read_text()):
-            name = re.match(r"rule (\w+):", block)
+        for block in re.split(r"\n(?=(?:rule|checkpoint) )", smk.read_text()):
+            name = re.match(r"(?:rule|checkpoint) (\w+):", block)
             module = re.search(r"python -m (batchscope[\w.]+)", block)
             if name and module:
                 env = re.search(r'conda:\s*\n\s*"\.\./envs/([\w.]+)"', block)
@@ -110,6 +111,7 @@ def _third_party_imports(module: str, seen: set[str] | None = None) -> set[str]:
 def test_every_rule_runs_a_batchscope_stage_in_a_conda_env():
     rules = {name for name, _, _ in _rules()}
     assert {"download_dataset", "capture_environment", "bench", "aggregate"} <= rules
+    assert {"max_batch", "round_done"} <= rules  # checkpoints are read too
 
 
 @pytest.mark.parametrize(("rule", "env", "module"), _rules(), ids=lambda v: str(v))

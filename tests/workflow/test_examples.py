@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.factories import NO_RACE, ONE_ROUND
-from tests.workflow.test_workflow import DEBIAN_FMNIST, REPO, job_counts, snakemake
+from tests.workflow.helpers import DEBIAN_FMNIST, REPO, job_counts, snakemake
 
 pytestmark = pytest.mark.e2e
 

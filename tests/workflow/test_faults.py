@@ -15,7 +15,7 @@ import pytest
 
 from batchscope.core import results
 from tests.factories import NO_RACE, ONE_ROUND
-from tests.workflow.test_workflow import REPO, job_counts, write_config
+from tests.workflow.helpers import REPO, job_counts, write_config
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.workflow.test_workflow import snakemake, write_config
+from tests.workflow.helpers import snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 

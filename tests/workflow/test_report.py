@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.workflow.helpers import REPO, snakemake
 from tests.workflow.slurm_cluster import in_ci
-from tests.workflow.test_workflow import REPO, snakemake
 
 pytestmark = pytest.mark.e2e
 

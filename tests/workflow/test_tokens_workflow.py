@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.factories import NO_RACE, ONE_ROUND
-from tests.workflow.test_workflow import REPO, is_png, snakemake, write_config
+from tests.workflow.helpers import REPO, is_png, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
