@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchscope.core import results
+
 SMALL_CNN = "small_cnn"
 
 #: Where a model comes from (``model_source`` in a result).
@@ -377,6 +379,4 @@ def _python_check_spec(config: Mapping[str, Any], name: str, dataset) -> dict[st
 
 def check_spec_text(config: Mapping[str, Any], name: str) -> str:
     """:func:`check_spec` as the canonical JSON the check job reads."""
-    import json
-
-    return json.dumps(check_spec(config, name), sort_keys=True, indent=2) + "\n"
+    return results.canonical_json(check_spec(config, name))

@@ -42,6 +42,8 @@ MODEL_CHECK = "results/models/{model}.json"
 DATASET_DIR = "resources/datasets/{dataset}"
 #: The run spec each job reads, laid out as the results are.
 SPEC_DIR = "specs"
+#: The bench rule's logs: ``results/runs/X.json``'s is ``logs/bench/X.log`` (:func:`log_of`).
+BENCH_LOG_DIR = "logs/bench"
 
 #: The file name of a run's result (its mode and model are the two parent folders).
 RESULT_NAME = re.compile(
@@ -83,7 +85,7 @@ def log_of(stem_pattern: str, folder: str = "logs") -> str:
     """
     relative = stem_pattern.removeprefix("results/").removesuffix(".json")
     kind, _, rest = relative.partition("/")
-    kind = "bench" if kind == "runs" else kind
+    kind = BENCH_LOG_DIR.rpartition("/")[2] if kind == "runs" else kind
     suffix = ".tsv" if folder == "benchmarks" else ".log"
     return f"{folder}/{kind}/{rest}{suffix}"
 

@@ -100,7 +100,8 @@ def pick(
 # ---------------------------------------------------------------- results/recommendation.json
 
 
-def _grid(row: Mapping[str, Any]) -> dict[str, int]:
+def choice_of(row: Mapping[str, Any]) -> dict[str, int]:
+    """The choice a row names: its batch size and workers, as the answer writes a pick."""
     return {"batch_size": int(row["batch_size"]), "num_workers": int(row["num_workers"])}
 
 
@@ -208,7 +209,7 @@ def to_answer(
     answer.update(
         accumulation_steps=int(accumulation_steps),
         devices=int(devices),
-        pick=None if choice is None else _grid(merged[choice]),
+        pick=None if choice is None else choice_of(merged[choice]),
         verdict=verdict.verdict,
         margin=verdict.margin,
         level_final=verdict.level_final,
@@ -229,7 +230,7 @@ def to_answer(
 def _member(v: Verdict, key: Hashable, row: Mapping[str, Any]) -> dict[str, Any]:
     s = v.stats[key]
     return {
-        **_grid(row),
+        **choice_of(row),
         "median_samples_per_s": s["median"],
         "estimate_samples_per_s": v.estimate[key],
         "ci_low": s["ci_low"],
@@ -249,7 +250,7 @@ def _by_estimate(v: Verdict) -> list[Hashable]:
 
 def _spent(row: Mapping[str, Any], spent: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        **_grid(row),
+        **choice_of(row),
         "rounds": spent.get("rounds"),
         "eliminated_at_round": spent.get("eliminated_at_round"),
         "device_s": spent.get("device_s"),
@@ -290,7 +291,7 @@ def _fit(v: Verdict, rows: Mapping[Hashable, Mapping[str, Any]]) -> dict[str, An
     if not v.model:  # disturbed: no model was fitted
         return None
     model = dict(v.model)
-    model["noisy"] = [_grid(rows[key]) for key in model.get("noisy", [])]
+    model["noisy"] = [choice_of(rows[key]) for key in model.get("noisy", [])]
     return model
 
 

@@ -240,9 +240,20 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         handle.write(text)
 
 
+def is_missing(value: Any) -> bool:
+    """None or NaN (a table's empty cell)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def canonical_json(data: Any) -> str:
+    """The one JSON text the project writes: keys sorted, indented by 2, a final newline (the
+    same data, the same bytes: specs and results compare and hash as text)."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
 def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
-    """Write ``data`` as indented JSON, atomically; non-finite floats become null."""
-    write_text(path, json.dumps(finite_or_null(data), indent=2, sort_keys=True) + "\n")
+    """Write ``data`` as :func:`canonical_json`, atomically; non-finite floats become null."""
+    write_text(path, canonical_json(finite_or_null(data)))
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:

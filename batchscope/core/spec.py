@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from batchscope.core import datasets, models, paths
+from batchscope.core import datasets, models, paths, results
 from batchscope.core.models import ModelSpec
 
 #: What a job measures: a grid point, the compute-only ceiling of one, or one trial of the
@@ -248,7 +248,7 @@ class RunSpec:
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys): equal specs give equal text, hence equal hashes."""
-        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+        return results.canonical_json(self.to_dict())
 
     def sha256(self) -> str:
         return hashlib.sha256(self.to_json().encode()).hexdigest()
@@ -498,7 +498,7 @@ class SearchSpec:
     capacity_mb: float | None
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, indent=2) + "\n"
+        return results.canonical_json(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchSpec:

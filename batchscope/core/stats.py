@@ -24,7 +24,7 @@ def mean_ci(values: Iterable[Any], confidence: float = 0.95) -> tuple[float, flo
     Anything that is not a finite number (None, NaN, ±inf, text that does not parse) is left
     out. The interval is NaN with fewer than two values, everything NaN with none.
     """
-    data = _finite(values)
+    data = finite(values)
     n = len(data)
     if n == 0:
         return math.nan, math.nan, math.nan
@@ -37,7 +37,7 @@ def mean_ci(values: Iterable[Any], confidence: float = 0.95) -> tuple[float, flo
     return mean, mean - half, mean + half
 
 
-def _finite(values: Iterable[Any]) -> np.ndarray:
+def finite(values: Iterable[Any]) -> np.ndarray:
     """The values that are finite numbers, as floats, in order."""
     numbers = []
     for value in values:

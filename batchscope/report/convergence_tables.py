@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from batchscope.core.stats import mean_ci
+from batchscope.core.stats import finite, mean_ci
 from batchscope.report.convergence_fits import REGIMES, Knee
 from batchscope.report.result_files import with_grid_defaults
 
@@ -57,11 +57,6 @@ NUMERIC = (
     "noise_scale_batch_small",
     "noise_scale_batch_big",
 )
-
-
-def _finite(values: Iterable[Any]) -> np.ndarray:
-    array = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").to_numpy(float)
-    return array[np.isfinite(array)]
 
 
 def _truthy(value: Any) -> bool:
@@ -150,8 +145,8 @@ def _to_target(group: pd.DataFrame) -> dict[str, Any]:
         values = reached[column] if column in reached else pd.Series(dtype=float)
         mean, low, high = mean_ci(values)
         row.update({f"{quantity}_mean": mean, f"{quantity}_low": low, f"{quantity}_high": high})
-        row[f"{quantity}_values"] = tuple(_finite(values).tolist())
-    row["budget_steps"] = tuple(_finite(ok[~ok["reached"]].get("steps_run", [])).tolist())
+        row[f"{quantity}_values"] = tuple(finite(values).tolist())
+    row["budget_steps"] = tuple(finite(ok[~ok["reached"]].get("steps_run", [])).tolist())
     return row
 
 
@@ -159,7 +154,7 @@ def _settings(group: pd.DataFrame) -> dict[str, Any]:
     """The learning rate, throughput and B_simple of a batch size's ok runs."""
     ok = group[group["status"] == "ok"]
     scaling = [str(s) for s in ok.get("lr_scaling", []) if not pd.isna(s)]
-    speeds = _finite(ok.get("samples_per_s", []))
+    speeds = finite(ok.get("samples_per_s", []))
     noise = noise_scale(ok)
     return {
         "lr": _one_value(ok.get("lr", [])),
@@ -174,7 +169,7 @@ def _settings(group: pd.DataFrame) -> dict[str, Any]:
 
 
 def _one_value(values: Iterable[Any]) -> float | None:
-    data = _finite(values)
+    data = finite(values)
     return float(np.median(data)) if len(data) else None
 
 
@@ -223,7 +218,7 @@ def noise_scale(rows: pd.DataFrame) -> NoiseScale | None:
 def target_of(rows: pd.DataFrame) -> tuple[str | None, float | None]:
     """The runs' target: (metric, value), (None, None) when they had none."""
     metrics = [str(m) for m in rows.get("target_metric", []) if not pd.isna(m)]
-    targets = _finite(rows.get("target", []))
+    targets = finite(rows.get("target", []))
     if not metrics or not len(targets):
         return None, None
     return metrics[0], float(targets[0])

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from batchscope.core import results
+
 #: The page's style. The Snakemake report shows a document in a frame about 900 px wide at a
 #: 1,280 px window, so a wide table must fit it: headers break after their underscores (see
 #: ``html_table``), long cells anywhere, and a table still wider scrolls inside its own box,
@@ -81,15 +83,10 @@ def lr_text(entry: Mapping[str, Any]) -> str:
     """The learning rate of a batch size (``lr``), and how it was scaled from ``base_lr`` when
     ``lr_scaling`` scaled it: ``0.1 (linear scaling of base lr 0.05)``; ``unknown`` without one."""
     lr = entry.get("lr")
-    if _missing(lr):
+    if results.is_missing(lr):
         return "unknown"
     text = f"{lr:.4g}"
     scaling, base = entry.get("lr_scaling"), entry.get("base_lr")
-    if scaling and scaling != "none" and not _missing(base):
+    if scaling and scaling != "none" and not results.is_missing(base):
         text += f" ({scaling} scaling of base lr {base:.4g})"
     return text
-
-
-def _missing(value: Any) -> bool:
-    """None or NaN (a table's empty cell)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))

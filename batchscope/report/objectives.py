@@ -24,6 +24,8 @@ from typing import Any
 
 import pandas as pd
 
+from batchscope.core.recommendation import choice_of
+
 
 def _number(value: Any) -> float | None:
     try:
@@ -70,10 +72,6 @@ def zeus_cost(points: pd.DataFrame, eta: float, max_power_w: float) -> pd.Series
     return eta * time_s + (1.0 - eta) * energy_j / max_power_w
 
 
-def _grid(row: pd.Series) -> dict[str, int]:
-    return {"batch_size": int(row["batch_size"]), "num_workers": int(row["num_workers"])}
-
-
 def objectives(points: pd.DataFrame, pick: Mapping[str, Any] | None, eta: float) -> dict[str, Any]:
     """The group's answer per objective (``points``: its rows of the points table; ``pick``:
     the verdict's pick, or None)."""
@@ -92,7 +90,7 @@ def objectives(points: pd.DataFrame, pick: Mapping[str, Any] | None, eta: float)
         return out
     least = measured.loc[pd.to_numeric(measured["energy_j_per_sample_median"]).idxmin()]
     out["least_energy"] = {
-        **_grid(least),
+        **choice_of(least),
         "energy_j_per_sample": float(least["energy_j_per_sample_median"]),
         "samples_per_s": float(least["samples_per_s_median"]),
     }
@@ -103,7 +101,7 @@ def objectives(points: pd.DataFrame, pick: Mapping[str, Any] | None, eta: float)
     cost = zeus_cost(measured, eta, watts)
     best = measured.loc[cost.idxmin()]
     out["tradeoff"] = {
-        **_grid(best),
+        **choice_of(best),
         "cost_s_per_sample": float(cost.min()),
         "energy_j_per_sample": float(best["energy_j_per_sample_median"]),
         "samples_per_s": float(best["samples_per_s_median"]),

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from batchscope.core.results import is_missing
 from batchscope.report.documents import html_page, html_table, markdown_table
-from batchscope.report.recommend_points import is_missing
 from batchscope.report.recommend_target import TIME_TO_TARGET
 from batchscope.report.recommend_text import ERROR_CHARS, short_error
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from batchscope.core.results import is_missing
 from batchscope.report import diagnosis, point_table, result_files
 
 #: Statuses of grid points that have no result at all (their job failed, or never ran).
@@ -48,11 +49,6 @@ SPREAD_SOURCES = {
     "window_iqr": "throughput IQR over measurement windows",
     "step_iqr": "step-time IQR",
 }
-
-
-def is_missing(value: Any) -> bool:
-    """None or NaN (an empty cell)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def prepare(summary: pd.DataFrame) -> pd.DataFrame:

@@ -41,7 +41,7 @@ rule aggregate:
         foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
         # bench.smk writes the log of results/runs/X.json to logs/bench/X.log
         partial=(
-            f"--allow-missing --log-dir logs/bench --dataset {DATASET}"
+            f"--allow-missing --log-dir {paths.BENCH_LOG_DIR} --dataset {DATASET}"
             if config.get("partial")
             else ""
         ),
