@@ -101,6 +101,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchscope.core import grid
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 
@@ -115,7 +117,7 @@ CONTRADICTION_KINDS = ("separated-other", "excluded", "other-leader", "other-pic
 STRONG_KINDS = ("separated-other", "excluded")
 
 Point = tuple[int, int]  # batch_size, num_workers: what an answer picks from
-Group = tuple[str, str, int]  # mode, model, accumulation_steps: what an answer is for
+Group = tuple  # batchscope.core.grid.GROUP_KEYS: what an answer is for
 
 
 # ============================================================ pure: answers, agreement, CV
@@ -147,10 +149,10 @@ def _point(entry: Mapping[str, Any]) -> Point:
 
 
 def answers_of(document: Mapping[str, Any]) -> dict[Group, Answer]:
-    """The answers of a results/recommendation.json document, by mode, model, accumulation."""
+    """The answers of a results/recommendation.json document, by group (grid.GROUP_KEYS)."""
     out = {}
     for entry in document["answers"]:
-        group = (str(entry["mode"]), str(entry["model"]), int(entry["accumulation_steps"]))
+        group = grid.group_key(entry)
         tie = tuple(_point(member) for member in entry["tie_set"])
         pick = None if entry["pick"] is None else _point(entry["pick"])  # None: disturbed
         out[group] = Answer(pick=pick, tie_set=tie, verdict=entry["verdict"])
@@ -273,8 +275,13 @@ def fmt_tie(answer: Answer) -> str:
 
 
 def fmt_group(group: Group) -> str:
-    mode, model, acc = group
-    return f"{mode} {model}" + (f" acc{acc}" if acc != 1 else "")
+    named = dict(zip(grid.GROUP_KEYS, group, strict=True))
+    text = f"{named['mode']} {named['model']}"
+    if named["sequence_length"] is not None:
+        text += f" seq{named['sequence_length']}"
+    if named["accumulation_steps"] != 1:
+        text += f" acc{named['accumulation_steps']}"
+    return text + (f" dev{named['devices']}" if named["devices"] != 1 else "")
 
 
 def fmt_cv(value: float | None) -> str:
@@ -369,18 +376,11 @@ def bench_job_seconds(folder: Path) -> tuple[float, int]:
     return sum(tsv_seconds(p) for p in paths), len(paths)
 
 
-PointKey = tuple[str, str, int, int, int]  # mode, model, accumulation, batch, workers
+PointKey = grid.GridPoint
 
 
 def _point_key(row: Mapping[str, str]) -> PointKey:
-    acc = row.get("accumulation_steps") or "1"
-    return (
-        row["mode"],
-        row["model"],
-        int(acc),
-        int(row["batch_size"]),
-        int(row["num_workers"]),
-    )
+    return grid.point_of({**row, "accumulation_steps": row.get("accumulation_steps") or 1})
 
 
 def _float(text: str | None) -> float | None:
@@ -640,7 +640,7 @@ def part_race(args: argparse.Namespace, workdir: Path) -> dict:
     print("\nwhat the race eliminated (point: after round):")
     wrong = []
     for key, after in race.get("eliminations", []):
-        group, point = (key[0], key[1], key[2]), (key[3], key[4])
+        group, point = key.group, (key.batch_size, key.num_workers)
         in_full = full_answers.get(group)
         mark = ""
         if in_full is not None and point in in_full.tie_set:

@@ -17,6 +17,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from batchscope.core import grid
 from batchscope.core.verdict import TEST_NAME, Verdict
 
 #: Bumped whenever a key of ``results/recommendation.json`` changes meaning.
@@ -101,8 +102,9 @@ def pick(
 
 
 def choice_of(row: Mapping[str, Any]) -> dict[str, int]:
-    """The choice a row names: its batch size and workers, as the answer writes a pick."""
-    return {"batch_size": int(row["batch_size"]), "num_workers": int(row["num_workers"])}
+    """The choice a row names (``grid.CHOICE_KEYS``: batch size and workers), as the answer
+    writes a pick."""
+    return {key: int(row[key]) for key in grid.CHOICE_KEYS}
 
 
 def _pct(fraction: float) -> str:

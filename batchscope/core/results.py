@@ -28,6 +28,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from batchscope.core import grid
+
 #: Bumped whenever a key of the per-run result changes meaning (the schema's ``const``).
 SCHEMA_VERSION = 1
 
@@ -35,19 +37,9 @@ SCHEMA_VERSION = 1
 #: beside this module.
 SCHEMA_FILE = "result.schema.json"
 
-#: Keys that identify a grid point; every result and every steps row carries them.
-GRID_KEYS = (
-    "mode",
-    "model",
-    "dataset",
-    "sequence_length",  # token data only; None for images
-    "batch_size",
-    "accumulation_steps",
-    "num_workers",
-    "devices",
-    "seed",
-    "round",
-)
+#: Keys that identify a run: every result and every steps row carries them (its grid point,
+#: dataset, seed and round: :data:`batchscope.core.grid.RUN_KEYS`).
+GRID_KEYS = grid.RUN_KEYS
 
 #: Columns of the per-step CSV a benchmark run writes next to its result, with their pandas
 #: dtypes (empty cells: the value was not measured at that step, or was not finite).

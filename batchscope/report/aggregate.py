@@ -31,7 +31,7 @@ import pandas as pd
 
 from batchscope.core import results
 from batchscope.report import diagnosis, point_table, result_files
-from batchscope.report.result_files import LATER_GRID_KEYS, POINT_KEYS, SORT_KEYS
+from batchscope.report.result_files import LATER_GRID_KEYS, POINT_COLUMNS, SORT_KEYS
 
 #: The columns a reader looks at first, in this order; every other result key follows.
 FIRST_COLUMNS = (
@@ -85,7 +85,7 @@ def add_scaling_efficiency(summary: pd.DataFrame) -> pd.DataFrame:
     equal); 1 on one device; empty when either point has no ok run."""
     summary = result_files.with_grid_defaults(summary)
     ok = summary[(summary["status"] == "ok") & pd.to_numeric(summary["samples_per_s"]).notna()]
-    keys = [k for k in POINT_KEYS if k != "devices"]
+    keys = [k for k in POINT_COLUMNS if k != "devices"]
 
     def point(row) -> tuple:  # an empty sequence length (images) as None, which equals itself
         return tuple(None if pd.isna(row[k]) else row[k] for k in keys)

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import results, verdict
-from batchscope.report.result_files import POINT_KEYS
+from batchscope.report.result_files import POINT_COLUMNS
 
 #: Column added by ``check_environment``.
 ENV_MATCH_COLUMN = "env_matches_capture"
@@ -48,7 +48,7 @@ def diagnose(
     """A copy of ``frame`` with ``bound`` and ``stall_removed_by_workers`` set per row.
 
     Rows are compared with the rows that share every key column except ``num_workers`` (the
-    GRID_KEYS and POINT_KEYS present in ``frame``): an input-bound row gets the smallest larger
+    GRID_KEYS and POINT_COLUMNS present in ``frame``): an input-bound row gets the smallest larger
     worker count among them that is compute-bound, or ``none``. Rows that did not run ok get
     neither (empty).
     """
@@ -58,7 +58,7 @@ def diagnose(
     out["stall_removed_by_workers"] = pd.Series(None, index=out.index, dtype=object)
     if out.empty:
         return out
-    keys = [k for k in dict.fromkeys([*results.GRID_KEYS, *POINT_KEYS]) if k in out]
+    keys = [k for k in dict.fromkeys([*results.GRID_KEYS, *POINT_COLUMNS]) if k in out]
     keys.remove("num_workers")
     for _, group in out.groupby(keys, sort=False, dropna=False):
         fixed = sorted(int(w) for w in group.loc[group["bound"] == "compute", "num_workers"])

@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import pooled, rounds
+from batchscope.core import grid, pooled
 from batchscope.core.stats import mean_ci
 from batchscope.report.diagnosis import diagnose
-from batchscope.report.result_files import POINT_KEYS
+from batchscope.report.result_files import POINT_COLUMNS
 
 #: Points-table metrics given as mean and confidence interval over the ok seeds.
 CI_METRICS = ("samples_per_s", "tokens_per_s", "val_accuracy", "final_loss")
@@ -74,7 +74,7 @@ def summarize_points(
 ) -> pd.DataFrame:
     """One row per mode x model x dataset x batch_size x num_workers, seeds and rounds pooled.
 
-    Columns: the POINT_KEYS; ``n_seeds`` (distinct seeds), ``n_runs`` (rows of the point: seeds
+    Columns: the POINT_COLUMNS; ``n_seeds`` (distinct seeds), ``n_runs`` (rows of the point: seeds
     x rounds, whatever their status) and ``n_ok``; ``status`` (the runs' one status, or
     ``mixed``); ``failed_seeds`` (``seed:status;...`` of the runs that did not run ok, with
     ``seed:round:status`` once there are rounds beyond the first);
@@ -95,7 +95,7 @@ def summarize_points(
     eliminated = eliminated or {}
     means = [m for m in MEAN_METRICS if m in summary]
     columns = [
-        *POINT_KEYS,
+        *POINT_COLUMNS,
         "n_seeds",
         "n_runs",
         "n_ok",
@@ -116,7 +116,7 @@ def summarize_points(
     ]
     rows = [
         _point_row(key, group, means, eliminated)
-        for key, group in summary.groupby(POINT_KEYS, sort=True, dropna=False)
+        for key, group in summary.groupby(POINT_COLUMNS, sort=True, dropna=False)
     ]
     if not rows:
         return pd.DataFrame(columns=columns)
@@ -131,7 +131,7 @@ def _point_row(key: tuple, group: pd.DataFrame, means: list[str], eliminated: Ma
     statuses = sorted(set(group["status"]))
     rounds_of = group["round"] if "round" in group else pd.Series(1, index=group.index)
     failed = group.assign(round=rounds_of)[group["status"] != "ok"].sort_values(["seed", "round"])
-    row = dict(zip(POINT_KEYS, key, strict=True))
+    row = dict(zip(POINT_COLUMNS, key, strict=True))
     row.update(
         n_seeds=group["seed"].nunique(),
         n_runs=len(group),
@@ -153,7 +153,7 @@ def _point_row(key: tuple, group: pd.DataFrame, means: list[str], eliminated: Ma
         row.update({f"{metric}_mean": mean, f"{metric}_ci95_low": low})
         row[f"{metric}_ci95_high"] = high
     row.update(_round_spread(ok, rounds_of[ok.index] if len(ok) else rounds_of.iloc[:0]))
-    row["eliminated_at_round"] = eliminated.get(rounds.point_of({"devices": 1, **row}))
+    row["eliminated_at_round"] = eliminated.get(grid.point_of({"devices": 1, **row}))
     row["scaling_efficiency"] = _first(group.get("scaling_efficiency", pd.Series(dtype=float)))
     for metric in means:
         row[_mean_name(metric)] = pd.to_numeric(ok[metric]).mean() if len(ok) else math.nan

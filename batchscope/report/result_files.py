@@ -18,14 +18,15 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.core import results, rounds
+from batchscope.core import grid, results
 from batchscope.core.paths import grid_of_path
 
 #: Order of the rows: by grid point, then seed and round.
 SORT_KEYS = [k for k in results.GRID_KEYS if k != "dataset"]
 
-#: A point of the points table: a grid point with its seeds and rounds pooled.
-POINT_KEYS = [k for k in results.GRID_KEYS if k not in ("seed", "round")]
+#: The key columns of the points table: a grid point (``batchscope.core.grid.POINT_KEYS``) and
+#: the dataset it read, its seeds and rounds pooled.
+POINT_COLUMNS = [k for k in results.GRID_KEYS if k not in ("seed", "round")]
 
 #: Keys a result must carry for its row to mean anything (a result from before rounds has no
 #: ``round``: it is round 1; one from before token data no ``sequence_length``: it is images).
@@ -174,10 +175,10 @@ def read_grid(
 
 
 def read_eliminated(round_files: Iterable[str | Path]) -> dict[tuple, int]:
-    """A point (``batchscope.core.rounds.point_of``) -> the round after which the race dropped
+    """A point (``batchscope.core.grid.point_of``) -> the round after which the race dropped
     it, from the decisions in ``results/rounds/``."""
     out: dict[tuple, int] = {}
     for path in round_files:
         for entry in results.read_json(path)["eliminated"]:
-            out[rounds.point_of(entry)] = int(entry["eliminated_at_round"])
+            out[grid.point_of(entry)] = int(entry["eliminated_at_round"])
     return out

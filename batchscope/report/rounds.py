@@ -32,12 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchscope.core import results, rounds, verdict
+from batchscope.core import grid, results, verdict
 
 
 @dataclass
 class Runs:
-    """What the runs so far say, per point (a ``rounds.point_of`` tuple)."""
+    """What the runs so far say, per point (a ``grid.point_of`` tuple)."""
 
     values: dict[tuple, list[float]] = field(default_factory=dict)  # ok, undisturbed
     blocks: dict[tuple, list[int]] = field(default_factory=dict)  # their rounds
@@ -57,7 +57,7 @@ def read_runs(result_paths: Sequence[str], foreign_cpu_limit: float = 1.0) -> Ru
     runs = Runs()
     for path in result_paths:
         result = results.read_json(path)
-        point = rounds.point_of(result)
+        point = grid.point_of(result)
         round_ = int(result.get("round") or 1)
         runs.values.setdefault(point, [])
         runs.blocks.setdefault(point, [])
@@ -90,7 +90,7 @@ def decide_round(runs: Runs, round_: int, design: verdict.Design) -> Decision:
     """Which points of this round go on (see the module docstring), before any budget."""
     groups: dict[tuple, list[tuple]] = defaultdict(list)
     for point in runs.values:
-        groups[rounds.group_of(point)].append(point)
+        groups[grid.group_of(point)].append(point)
     going_on: list[tuple] = []
     out: list[tuple] = []
     settled: dict[tuple, str] = {}
@@ -180,14 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "margin": args.margin,
         "test": verdict.TEST_NAME,
         "order_seed": args.order_seed,
-        "measured": [rounds.as_dict(p) for p in sorted(runs.values)],
-        "under_foreign_load": [rounds.as_dict(p) for p in sorted(runs.loaded)],
+        "measured": [grid.as_dict(p) for p in sorted(runs.values)],
+        "under_foreign_load": [grid.as_dict(p) for p in sorted(runs.loaded)],
         "next_round": [list(p) for p in decision.going_on],
         "eliminated": previous["eliminated"]
-        + [{**rounds.as_dict(p), "eliminated_at_round": args.round} for p in decision.eliminated],
+        + [{**grid.as_dict(p), "eliminated_at_round": args.round} for p in decision.eliminated],
         "settled": previous.get("settled", [])
         + [
-            {**dict(zip(rounds.GROUP_KEYS, g, strict=True)), "state": s, "at_round": args.round}
+            {**dict(zip(grid.GROUP_KEYS, g, strict=True)), "state": s, "at_round": args.round}
             for g, s in sorted(decision.settled.items(), key=lambda item: str(item[0]))
         ],
         "device_s": runs.spent_s(),

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from batchscope.core import rounds, verdict
+from batchscope.core import grid, rounds, verdict
 from batchscope.report import rounds as decision
 
 JOBS = [(("train", "small_cnn", b, 1, w), 0) for b in (32, 64, 128, 256) for w in (0, 2)]
@@ -105,7 +105,7 @@ def test_a_round_past_the_budget_does_not_start():
 
 def _result(tmp_path, name, point, samples_per_s, status="ok", round_=1):
     path = tmp_path / f"{name}.json"
-    row = {**rounds.as_dict(point), "status": status, "samples_per_s": samples_per_s,
+    row = {**grid.as_dict(point), "status": status, "samples_per_s": samples_per_s,
            "round": round_, "process_s": 4.0}  # fmt: skip
     path.write_text(json.dumps(row))
     return str(path)
@@ -117,7 +117,7 @@ def test_the_decision_file_carries_earlier_eliminations_and_only_ok_runs_count(t
     paths += [_result(tmp_path, f"s{i}", slow, 500.0 + i, round_=i + 1) for i in range(3)]
     paths += [_result(tmp_path, f"b{i}", broken, None, "oom", round_=i + 1) for i in range(3)]
     previous = tmp_path / "round2.json"
-    earlier = {**rounds.as_dict(("train", "m", None, 8, 1, 0, 1)), "eliminated_at_round": 2}
+    earlier = {**grid.as_dict(("train", "m", None, 8, 1, 0, 1)), "eliminated_at_round": 2}
     previous.write_text(json.dumps({"eliminated": [earlier], "settled": []}))
     out = tmp_path / "round3.json"
     decision.main(

@@ -4,7 +4,7 @@ job runs."""
 import pytest
 
 from batchscope.core import config as config_module
-from batchscope.core import paths, rounds
+from batchscope.core import grid, paths
 from batchscope.core import spec as spec_module
 from tests.factories import make_spec, sweep_config
 
@@ -107,13 +107,13 @@ def test_points_of_different_sequence_lengths_are_apart_and_in_different_groups(
     row = {"mode": "infer", "model": "g", "batch_size": 8, "accumulation_steps": 1}
     row["num_workers"] = 0
     short, long = (
-        rounds.point_of(row | {"sequence_length": 16}),
-        rounds.point_of(row | {"sequence_length": 32.0}),
+        grid.point_of(row | {"sequence_length": 16}),
+        grid.point_of(row | {"sequence_length": 32.0}),
     )
-    assert short != long and rounds.group_of(short) != rounds.group_of(long)
+    assert short != long and grid.group_of(short) != grid.group_of(long)
     # an image result has no sequence length, or an empty one in a table
-    assert rounds.point_of(row)[2] is None
-    assert rounds.point_of(row | {"sequence_length": float("nan")}) == rounds.point_of(row)
+    assert grid.point_of(row)[2] is None
+    assert grid.point_of(row | {"sequence_length": float("nan")}) == grid.point_of(row)
 
 
 def _spec_of(raw: dict, **point):

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from batchscope.core import rounds, verdict
+from batchscope.core import grid, rounds, verdict
 from batchscope.report import rounds as decide
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def test_race_runs_what_its_recorded_decisions_kept_and_they_follow_from_the_run
         decision = json.loads(path.read_text())
         r = decision["round"]
         kept = {tuple(p) for p in decision["next_round"]}
-        assert kept == {rounds.point_of(x) for x in runs if x["round"] == r + 1}
+        assert kept == {grid.point_of(x) for x in runs if x["round"] == r + 1}
         assert (decision["look_level"] is None) == (r == 1)  # no look before measure.rounds
         assert decision["device_s"] > 0
         # the same runs, decided again, give the same decision

@@ -13,7 +13,7 @@ sb = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = sb  # dataclasses look their module up there
 _spec.loader.exec_module(sb)
 
-GROUP = ("train", "small_cnn", 1)
+GROUP = ("train", "small_cnn", None, 1, 1)  # mode, model, sequence length, accumulation, devices
 
 
 def member(b, w, median=1000.0):
@@ -47,7 +47,7 @@ def test_answers_are_read_by_group_with_the_leader_first():
     doc = document((32, 0), [(64, 2), (32, 0)], "undetermined")
     doc["answers"] += document((128, 0), [(128, 0)], "separated", mode="infer")["answers"]
     answers = sb.answers_of(doc)
-    assert set(answers) == {GROUP, ("infer", "small_cnn", 1)}
+    assert set(answers) == {GROUP, ("infer", "small_cnn", None, 1, 1)}
     assert answers[GROUP] == sb.Answer((32, 0), ((64, 2), (32, 0)), "undetermined")
     assert answers[GROUP].leader == (64, 2)
 

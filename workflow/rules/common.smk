@@ -6,7 +6,16 @@ import shlex
 
 from snakemake.settings.types import DeploymentMethod
 
-from batchscope.core import datasets, paths, prediction, results, rounds, spec, verdict
+from batchscope.core import (
+    datasets,
+    grid,
+    paths,
+    prediction,
+    results,
+    rounds,
+    spec,
+    verdict,
+)
 from batchscope.core.config import (
     ConfigError,
     check,
@@ -135,9 +144,17 @@ def sequence_lengths():
 
 def grid_points():
     """Every point of the grid: mode x model x sequence length x batch size x accumulation x
-    workers x devices (rounds.POINT_KEYS)."""
+    workers x devices (grid.POINT_KEYS)."""
     return [
-        (mode, model, s, int(b), int(a), int(w), int(d))
+        grid.GridPoint(
+            mode=mode,
+            model=model,
+            sequence_length=s,
+            batch_size=int(b),
+            accumulation_steps=int(a),
+            num_workers=int(w),
+            devices=int(d),
+        )
         for mode in config["modes"]
         for model in MODEL_NAMES
         for s in sequence_lengths()
@@ -165,11 +182,11 @@ def points_in_round(round_):
     if PARTIAL and not os.path.exists(ROUND.format(round=round_ - 1)):
         return []  # a partial report does not wait for rounds that could not run
     with open(checkpoints.round_done.get(round=round_ - 1).output[0]) as handle:
-        return [tuple(point) for point in json.load(handle)["next_round"]]
+        return [grid.GridPoint(*point) for point in json.load(handle)["next_round"]]
 
 
 def run_stem(point, seed, round_):
-    return paths.run_stem({**rounds.as_dict(point), "seed": seed, "round": round_})
+    return paths.run_stem({**grid.as_dict(point), "seed": seed, "round": round_})
 
 
 def grid_stems():
@@ -183,14 +200,14 @@ def grid_stems():
 
 
 def wildcard_point(wildcards):
-    return (
-        wildcards.mode,
-        wildcards.model,
-        int(wildcards.sequence_length) if TOKENS else None,
-        int(wildcards.batch_size),
-        int(wildcards.accumulation_steps),
-        int(wildcards.num_workers),
-        paths.devices_of(wildcards.devices_tag),
+    return grid.GridPoint(
+        mode=wildcards.mode,
+        model=wildcards.model,
+        sequence_length=int(wildcards.sequence_length) if TOKENS else None,
+        batch_size=int(wildcards.batch_size),
+        accumulation_steps=int(wildcards.accumulation_steps),
+        num_workers=int(wildcards.num_workers),
+        devices=paths.devices_of(wildcards.devices_tag),
     )
 
 

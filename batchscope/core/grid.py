@@ -1,0 +1,82 @@
+"""The grid point: the one declaration of the sweep's axes, in their order.
+
+A *point* is what the recommendation compares: mode × model × sequence length × batch size ×
+accumulation × workers × devices. Its runs are its measurements (seeds and rounds, each a fresh
+process). A *group* is what one answer is given for: the point without the two axes the answer
+chooses between (:data:`CHOICE_KEYS`). Every key list of the tables, the rounds and the result
+files is derived here from :class:`GridPoint`'s fields: adding an axis is a field here, its
+key in the config schema, and the code that uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+
+class GridPoint(NamedTuple):
+    """One point of the grid. A tuple, so it sorts, hashes and writes as before; its fields are
+    the axes, in the order every table and key list follows.
+
+    ``sequence_length``: token data only, None for images (a group is one sequence length).
+    """
+
+    mode: str
+    model: str
+    sequence_length: int | None
+    batch_size: int
+    accumulation_steps: int
+    num_workers: int
+    devices: int = 1
+
+    @property
+    def group(self) -> tuple:
+        """The group the point is compared within (:data:`GROUP_KEYS`)."""
+        return tuple(getattr(self, key) for key in GROUP_KEYS)
+
+
+#: The keys of a point, in the declared order.
+POINT_KEYS: tuple[str, ...] = GridPoint._fields
+#: The axes one answer chooses between; the rest of a point is its group.
+CHOICE_KEYS = ("batch_size", "num_workers")
+GROUP_KEYS = tuple(key for key in POINT_KEYS if key not in CHOICE_KEYS)
+#: Point keys added after results were written: a result without one has this value.
+LATER_POINT_KEYS = {"devices": GridPoint._field_defaults["devices"]}
+#: The keys of one run, every result's and every steps row's: its point (with the dataset it
+#: read, after the model), its seed and its round.
+RUN_KEYS = (*POINT_KEYS[:2], "dataset", *POINT_KEYS[2:], "seed", "round")
+
+_TEXT_KEYS = ("mode", "model")
+
+
+def _value(key: str, value: Any) -> Any:
+    if key == "sequence_length":  # absent or empty (None, NaN, pandas' NA) for images
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None
+    return str(value) if key in _TEXT_KEYS else int(value)
+
+
+def point_of(row: Mapping[str, Any]) -> GridPoint:
+    """The point a result (or any mapping with the point keys, extra keys ignored) belongs to;
+    a key added after results were written takes :data:`LATER_POINT_KEYS`' value."""
+    values = {**LATER_POINT_KEYS, **row}
+    return GridPoint(*(_value(key, values.get(key)) for key in POINT_KEYS))
+
+
+def group_key(row: Mapping[str, Any]) -> tuple:
+    """The group a row names (an answer of recommendation.json, a table row), by
+    :data:`GROUP_KEYS`; later keys as in :func:`point_of`."""
+    values = {**LATER_POINT_KEYS, **row}
+    return tuple(_value(key, values.get(key)) for key in GROUP_KEYS)
+
+
+def group_of(point: Sequence) -> tuple:
+    """The group of a point (a :class:`GridPoint` or a tuple in its order)."""
+    return GridPoint(*point).group
+
+
+def as_dict(point: Sequence) -> dict[str, Any]:
+    """A point (a :class:`GridPoint` or a tuple in its order) by key."""
+    return GridPoint(*point)._asdict()
