@@ -205,3 +205,69 @@ def test_device_batches_cycle_a_few_ready_batches_a_loader_would_give():
     assert not torch.equal(epoch[0][0], epoch[1][0])  # distinct samples in each
     assert torch.equal(epoch[1][0][0], images[16][0])
     assert placed == [16] * data.CEILING_BATCHES  # iterating placed nothing more
+
+
+def test_a_trial_runs_the_sweeps_spec_at_its_size_covering_its_steps(tmp_path):
+    run = make_spec(
+        "train",
+        kind="trial",
+        batch_size=1,
+        dataset={"name": "synthetic", "channels": 1, "image_size": 8, "num_samples": 10},
+        batch_sizes="auto",  # a trial's sweep; a fixed batch of 8 would not fit 10 samples
+        **settings("train", precision="bf16", channels_last=True, val_batch_size=100),
+    )
+    runner = maxbatch.TrialRunner(run, 2, 135.0, tmp_path)
+    trial = runner.trial_spec(64)
+    assert trial.batch_size == 64 and trial.dataset.synthetic.num_samples == 64 * 3
+    assert trial.measure.warmup_steps == 1 and trial.max_steps == 3
+    assert trial.cpu_memory_budget_mb == 135.0
+    # what the search does not set is the sweep's: precision, memory format, validation
+    assert trial.compute == run.compute and trial.train == run.train
+    cmd = runner.command(tmp_path / "bs64.spec.json", tmp_path / "bs64")
+    assert cmd[1:4] == ["-m", "batchscope.bench", str(tmp_path / "bs64.spec.json")]
+    assert cmd[cmd.index("--threads") + 1] == "2"
+
+
+def test_maxbatch_finds_a_real_allocator_limit_on_the_cpu(tmp_path):
+    config = sweep_config(
+        # 3072 samples: the cap leaves the sweep's run of the limit a step to measure (1024)
+        dataset={"name": "synthetic", "channels": 1, "image_size": 32, "num_samples": 3072},
+        batch_sizes="auto",
+        train={"val_batch_size": 64},  # trials validate as the sweep's runs do
+        cpu_memory_budget_mb=150,
+        # start at 32 and settle within 10%: each trial is a process that imports torch (~6 s),
+        # and resident-set readings on the CPU wobble by ~10 MB, which costs predictions their edge
+        maxbatch={"margin": 0.1, "start": 32, "tolerance": 0.1},
+    )
+    search_spec = spec_module.build_search(config, mode="train", model="small_cnn")
+    spec_path = tmp_path / "search.spec.json"
+    spec_path.write_text(search_spec.to_json())
+    out = tmp_path / "search.json"
+    trials = tmp_path / "trials"
+    cmd = [sys.executable, "-m", "batchscope.bench.maxbatch", str(spec_path), "--threads", "1"]
+    cmd += ["--trials-dir", str(trials), "--output", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    limit = result["limit"]
+    assert limit is not None and 32 <= limit < 1024
+    assert result["trial_cpu_memory_budget_mb"] == pytest.approx(135.0)
+    by_size = {t["batch_size"]: t for t in result["trials"]}
+    assert by_size[limit]["fits"] and by_size[limit]["bench_status"] == "ok"
+    larger = min(b for b in by_size if b > limit)
+    assert larger == result["first_failure"]
+    assert by_size[larger]["bench_status"] == "oom"  # the real allocator refused
+    # torch's allocator, or oneDNN's scratch buffer, refused by the cap
+    refused = ("DefaultCPUAllocator", "could not create a primitive")
+    assert any(words in by_size[larger]["error"] for words in refused)
+    assert result["grid"][-1] == limit
+    assert result["grid"] == [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b < limit] + [
+        limit
+    ]
+    # one bench process, with its own result file, per trial
+    assert len(list(trials.glob("bs*[0-9].json"))) == len(result["trials"]) == result["trial_count"]
+    for trial in trials.glob("bs*[0-9].json"):  # each follows the result schema (ok and oom)
+        results.validate_result(json.loads(trial.read_text()))
+    assert len(list(trials.glob("bs*.spec.json"))) == result["trial_count"]  # its spec
+    assert all(t["returncode"] == 0 and t["process_s"] > 0 for t in result["trials"])
+    assert result["device"] == "cpu" and result["summary"].startswith("largest batch")

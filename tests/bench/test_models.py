@@ -1,11 +1,14 @@
 """Building the config's model entries: weights loaded strictly, timm and Hugging Face models
 built offline, every mistake one line naming the entry."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from batchscope.bench import models
 from batchscope.bench.models import ModelError
+from batchscope.core.config import load_schema
 from batchscope.core.models import ModelSpec
 
 
@@ -132,3 +135,10 @@ def test_the_model_check_takes_an_image_classifiers_num_labels_where_it_cannot_c
         {"model": entry, "input": data | {"classes_known": False}, "train": True}
     )
     assert found["output_shape"] == [1, 3] and found["input_shape"] == [3, 28, 28]
+
+
+def test_model_names_are_exactly_what_the_pinned_torchvision_builds():
+    schema = load_schema(
+        Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml"
+    )
+    assert schema["$defs"]["model_name"]["enum"] == models.available_models()

@@ -200,3 +200,40 @@ def test_the_checks_find_what_they_look_for():
     ]
     own = "from batchscope.core import stats\nstats.mean_ci([])\n"
     assert _private_uses(own + "stats._finite([])\n", "batchscope.core.stats") == []
+
+
+#: What the tests of a floor may not import: the tests mirror the floors they test.
+_TESTS_MAY_NOT_IMPORT = {
+    "core": ("torch", "torchvision", "batchscope.bench", "batchscope.report"),
+    "report": ("torch", "torchvision", "batchscope.bench"),
+}
+
+
+def _imported(source: str) -> set[str]:
+    """Every module a source imports, at any depth (``from a import b`` also as ``a.b``)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return out
+
+
+def _forbidden(source: str, floor: str) -> list[str]:
+    banned = _TESTS_MAY_NOT_IMPORT[floor]
+    return sorted(
+        m for m in _imported(source) if any(m == b or m.startswith(b + ".") for b in banned)
+    )
+
+
+@pytest.mark.parametrize("floor", sorted(_TESTS_MAY_NOT_IMPORT))
+def test_the_tests_of_a_torch_free_floor_import_nothing_above_it(floor):
+    found = {
+        path.name: bad
+        for path in sorted((REPO / "tests" / floor).glob("*.py"))
+        if (bad := _forbidden(path.read_text(encoding="utf-8"), floor))
+    }
+    assert not found, f"tests/{floor}/ imports what its floor does not: {found}"
+    planted = "def f():\n    import torch.nn\n    from batchscope import bench\n"
+    assert _forbidden(planted, floor) == ["batchscope.bench", "torch.nn"]
