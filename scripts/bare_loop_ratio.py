@@ -63,7 +63,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def a_spec(args: argparse.Namespace, mode: str):
     """Side A's run spec: the default config's settings for this point (round 2: no
     diagnostic steps or validation after the windows, which samples_per_s does not see)."""
-    import yaml
 
     sys.path.insert(0, str(REPO))
     from batchscope.core import config, spec
@@ -75,16 +74,7 @@ def a_spec(args: argparse.Namespace, mode: str):
     }  # fmt: skip
     if args.deterministic is not None:
         sweep["deterministic"] = args.deterministic
-    for text in args.set:
-        key, _, value = text.partition("=")
-        *parents, last = key.split(".")
-        node = sweep
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = yaml.safe_load(value)
-    schema = config.load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
-    config.check(sweep, schema)
-    cfg = config.with_defaults(sweep, schema)
+    cfg = config.completed(config.with_overrides(sweep, args.set))
     return spec.build(
         cfg, mode=mode, model=args.model, batch_size=args.batch_size, num_workers=0,
         seed=0, round=2,

@@ -63,18 +63,10 @@ def load_config(overrides: list[str]) -> dict[str, Any]:
     from batchscope.core import config
 
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text()) or {}
-    for text in overrides:
-        key, sep, value = text.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {text!r}: expected KEY=VALUE, e.g. measure.min_seconds=0.5")
-        *parents, last = key.strip().split(".")
-        node = cfg
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = yaml.safe_load(value)
-    schema = config.load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
-    config.check(cfg, schema)
-    return config.with_defaults(cfg, schema)
+    try:
+        return config.completed(config.with_overrides(cfg, overrides))
+    except config.ConfigError as error:
+        raise SystemExit(f"--set: {error}") from None
 
 
 def write_specs(cfg: dict, args: argparse.Namespace, folder: Path) -> dict[str, Path]:

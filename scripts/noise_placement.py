@@ -58,7 +58,6 @@ def main() -> None:
     args = parser.parse_args()
     fetch.prepare("fashion_mnist", args.root, mirrors=[args.source.rstrip("/") + "/"])
     split = data.open_split("fashion_mnist", args.root, "train")
-    schema = config_module.load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
     config = {
         "dataset": {"name": "fashion_mnist"}, "models": ["small_cnn"], "modes": ["train"],
         "batch_sizes": [args.batch], "num_workers": [0], "seeds": [0], "device": "cpu",
@@ -66,8 +65,7 @@ def main() -> None:
         "train": {"max_steps": args.steps, "lr": args.lr, "momentum": args.momentum,
                   "noise_scale_every_steps": args.every},
     }  # fmt: skip
-    config_module.check(config, schema)
-    config = config_module.with_defaults(config, schema)
+    config = config_module.completed(config)
     spec = spec_module.build(config, mode="train", model="small_cnn", batch_size=args.batch,
                              num_workers=0, seed=0)  # fmt: skip
     # a target never reached: the run does all its steps (a throughput run would stop once its

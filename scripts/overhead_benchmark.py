@@ -151,7 +151,6 @@ def _runner_spec(args: argparse.Namespace, *, epochs: int, max_steps: int):
     """The run spec of side A: the schema's defaults, with this script's settings."""
     from batchscope.core import config, spec
 
-    schema = config.load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
     sweep = {
         "dataset": {"name": "synthetic"},
         "models": [args.model],
@@ -166,7 +165,7 @@ def _runner_spec(args: argparse.Namespace, *, epochs: int, max_steps: int):
                   "momentum": args.momentum},
     }  # fmt: skip
     return spec.build(
-        config.with_defaults(sweep, schema),
+        config.completed(sweep),
         mode="train",
         model=args.model,
         batch_size=args.batch_size,
@@ -346,7 +345,6 @@ def tiny_spec(args: argparse.Namespace, mode: str):
 
     from batchscope.core import config, spec
 
-    schema = config.load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
     dataset = {"name": args.dataset}
     if args.dataset == "synthetic":
         dataset.update(synthetic_options(_TINY_BATCH, 4))
@@ -362,8 +360,7 @@ def tiny_spec(args: argparse.Namespace, mode: str):
         "measure": {"warmup_steps": 1, "repeats": 1},
         mode: {"max_steps": 3},
     }
-    config.check(sweep, schema)
-    cfg = config.with_defaults(sweep, schema)
+    cfg = config.completed(sweep)
     run = spec.build(
         cfg, mode=mode, model=args.model, batch_size=_TINY_BATCH,
         num_workers=args.num_workers, seed=args.seed,
@@ -686,7 +683,6 @@ def search_spec(args: argparse.Namespace):
 
     from batchscope.core import config, spec
 
-    schema = config.load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
     sweep = {
         "dataset": {"name": "synthetic", **synthetic_options(64, 1), "image_size": 32},
         "models": [args.model],
@@ -698,8 +694,7 @@ def search_spec(args: argparse.Namespace):
         "cpu_memory_budget_mb": 150,
         "maxbatch": {"tolerance": SEARCH_TOLERANCE},
     }
-    config.check(sweep, schema)
-    cfg = config.with_defaults(sweep, schema)
+    cfg = config.completed(sweep)
     found = spec.build_search(cfg, mode="train", model=args.model)
     # the trials grow their synthetic data to cover their steps: no cap from its 64 samples
     return replace(found, cap=cfg["maxbatch"]["cap"])

@@ -39,7 +39,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import yaml
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -160,14 +159,8 @@ def summarize(found: list[dict], truth: Mapping, margin: float, run_s: float) ->
 
 
 def design_of(overrides: list[str]) -> tuple[verdict.Design, float | None]:
-    cfg = configuration.with_defaults({}, configuration.load_schema(configuration.SCHEMA_PATH))
-    for item in overrides:
-        dotted, _, text = item.partition("=")
-        node = cfg
-        *parents, last = dotted.split(".")
-        for part in parents:
-            node = node[part]
-        node[last] = yaml.safe_load(text)
+    schema = configuration.load_schema(configuration.SCHEMA_PATH)
+    cfg = configuration.with_overrides(configuration.with_defaults({}, schema), overrides)
     return verdict.Design.from_config(cfg), cfg["sweep"]["budget_s"]
 
 

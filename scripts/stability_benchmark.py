@@ -101,6 +101,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchscope.core import config as configuration
 from batchscope.core import grid
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,30 +228,6 @@ def cv(values: Iterable[float]) -> float | None:
     if len(xs) < 2:
         return None
     return statistics.stdev(xs) / statistics.fmean(xs)
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``measure.rounds=2`` -> (["measure", "rounds"], 2): a dotted key and a YAML value."""
-    import yaml
-
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"{text!r}: expected KEY=VALUE, e.g. measure.rounds=2")
-    return key.strip().split("."), yaml.safe_load(value)
-
-
-def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """A deep copy of ``config`` with each ``KEY=VALUE`` set (dotted keys make nested maps)."""
-    out = json.loads(json.dumps(config))
-    for text in overrides:
-        keys, value = parse_override(text)
-        node = out
-        for key in keys[:-1]:
-            if not isinstance(node.get(key), dict):
-                node[key] = {}
-            node = node[key]
-        node[keys[-1]] = value
-    return out
 
 
 def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
@@ -470,7 +447,7 @@ def run_sweep(args: argparse.Namespace, folder: Path, config: Mapping[str, Any])
 
 def part_reruns(args: argparse.Namespace, workdir: Path) -> dict:
     heading(f"(a) the default sweep, {args.reruns} reruns from scratch")
-    config = apply_overrides(load_default_config(), args.config)
+    config = configuration.with_overrides(load_default_config(), args.config)
     if args.config:
         print(f"overrides: {' '.join(args.config)}")
     sweeps = []
@@ -603,7 +580,7 @@ def part_race(args: argparse.Namespace, workdir: Path) -> dict:
         modes=args.race_modes,
     )
     config.setdefault("measure", {})["ceiling"] = args.race_ceiling
-    config = apply_overrides(config, args.race_config)
+    config = configuration.with_overrides(config, args.race_config)
     rounds = int(config.get("measure", {}).get("rounds", 3))
     heading(
         f"(b) full vs race: batch {args.race_batch_sizes} x workers {args.race_workers},"
@@ -614,7 +591,7 @@ def part_race(args: argparse.Namespace, workdir: Path) -> dict:
     sweeps = {}
     for strategy in ("full", "race"):
         print(f"strategy {strategy}:", flush=True)
-        chosen = apply_overrides(config, [f"sweep.strategy={strategy}"])
+        chosen = configuration.with_overrides(config, [f"sweep.strategy={strategy}"])
         sweeps[strategy] = run_sweep(args, workdir / f"sweep-{strategy}", chosen)
     full, race = sweeps["full"], sweeps["race"]
     print(f"\n{'strategy':>8}  {'wall':>16}  {'bench jobs':>10}  {'job-seconds':>11}  status")
@@ -989,7 +966,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--reruns, --pairs and --cores must be at least 1")
     try:
         for text in (*args.config, *args.race_config):
-            parse_override(text)
+            configuration.parse_override(text)
     except ValueError as exc:
         p.error(str(exc))
     return args

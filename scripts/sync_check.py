@@ -78,7 +78,6 @@ def bare(name: str, batch: int, device, seconds: float, sync: bool) -> float:
 
 
 def harness(name: str, batch: int, device, seconds: float, sync: bool) -> float:
-    schema = config_module.load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
     config = {
         "dataset": {"name": "synthetic", "channels": 3, "image_size": 32, "num_classes": 10,
                     "num_samples": batch * 64},
@@ -88,8 +87,7 @@ def harness(name: str, batch: int, device, seconds: float, sync: bool) -> float:
                     "diagnostic_steps": 0, "ceiling": False},
         "train": {"epochs": 1000, "lr": 0.01, "momentum": 0.9},
     }  # fmt: skip
-    config_module.check(config, schema)
-    config = config_module.with_defaults(config, schema)
+    config = config_module.completed(config)
     spec = spec_module.build(config, kind="bench", mode="train", model=name, batch_size=batch,
                              accumulation_steps=1, num_workers=0, seed=0)  # fmt: skip
     real_mark = loop.StepClock.mark

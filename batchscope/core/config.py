@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,36 @@ def default(key: str, schema: Mapping[str, Any] | None = None) -> Any:
 def load_schema(path: str | os.PathLike) -> dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle)
+
+
+def completed(config: Mapping[str, Any], schema_path: str | os.PathLike = SCHEMA_PATH) -> dict:
+    """``config`` checked (:func:`check`: a one-line ConfigError) and with the schema's defaults
+    filled in: what a script that builds run specs outside the workflow starts from."""
+    schema = load_schema(schema_path)
+    check(config, schema)
+    return with_defaults(config, schema)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``measure.rounds=2`` -> (["measure", "rounds"], 2): a dotted key and a YAML value."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"{text!r}: expected KEY=VALUE, e.g. measure.rounds=2")
+    return key.strip().split("."), yaml.safe_load(value)
+
+
+def with_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """A deep copy of ``config`` with each ``KEY=VALUE`` set (dotted keys make nested maps)."""
+    out = copy.deepcopy(dict(config))
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = out
+        for key in keys[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[keys[-1]] = value
+    return out
 
 
 def with_defaults(config: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:

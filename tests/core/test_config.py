@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchscope.core.config import ConfigError, check, load_schema, resolve_paths
+from batchscope.core.config import (
+    ConfigError,
+    check,
+    load_schema,
+    parse_override,
+    resolve_paths,
+    with_overrides,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
@@ -384,3 +391,19 @@ def test_the_sweep_command_leaves_what_it_is_not_given_to_the_schema(tmp_path):
         models=["small_cnn"], data="synthetic", batch_sizes="8", workers="1", mode="infer"
     )
     assert (given["num_workers"], given["modes"]) == ([1], ["infer"])
+
+
+def test_overrides_set_dotted_keys_on_a_copy():
+    config = {"measure": {"rounds": 3}, "modes": ["train", "infer"]}
+    out = with_overrides(
+        config, ["measure.rounds=2", "batch_sizes=[32, 64]", "sweep.strategy=full"]
+    )
+    assert out == {
+        "measure": {"rounds": 2},
+        "modes": ["train", "infer"],
+        "batch_sizes": [32, 64],
+        "sweep": {"strategy": "full"},
+    }
+    assert config["measure"]["rounds"] == 3  # a copy
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_override("rounds")

@@ -125,22 +125,9 @@ def test_race_agrees_with_full_when_its_pick_is_in_fulls_tie_set():
     assert sb.full_vs_race(full, None)["agree"] is None
 
 
-def test_cv_and_overrides():
+def test_cv():
     assert sb.cv([100.0]) is None
     assert sb.cv([90.0, 110.0]) == pytest.approx(14.142135623730951 / 100)
-    config = {"measure": {"rounds": 3}, "modes": ["train", "infer"]}
-    out = sb.apply_overrides(
-        config, ["measure.rounds=2", "batch_sizes=[32, 64]", "sweep.strategy=full"]
-    )
-    assert out == {
-        "measure": {"rounds": 2},
-        "modes": ["train", "infer"],
-        "batch_sizes": [32, 64],
-        "sweep": {"strategy": "full"},
-    }
-    assert config["measure"]["rounds"] == 3  # a copy
-    with pytest.raises(ValueError, match="KEY=VALUE"):
-        sb.parse_override("rounds")
 
 
 def test_ratio_summary_is_the_median_of_per_pair_ratios():
