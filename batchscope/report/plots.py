@@ -43,7 +43,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
-from batchscope.core import results
+from batchscope.core import outputs, results
 from batchscope.report import result_files
 from batchscope.report.figures import save_png
 from batchscope.report.plots_lines import (
@@ -75,18 +75,19 @@ def all_figures(
     eliminated: Mapping[tuple, int] | None = None,
 ) -> dict[str, Figure]:
     """Every figure of the report, by its PNG file name (``answer`` and ``eliminated``: see
-    ``throughput_figure``); a sweep over token data adds ``memory_tokens.png``."""
-    figures = {
-        "throughput.png": throughput_figure(summary, answer, eliminated),
-        "peak_memory.png": peak_memory_figure(summary, maxbatch),
-        "data_wait.png": data_wait_figure(summary),
-        "breakdown.png": breakdown_figure(summary),
-        "loss_curves.png": loss_curves_figure(curves, summary),
-        "val_accuracy.png": val_accuracy_figure(summary),
+    ``throughput_figure``): the figures of ``batchscope.core.outputs.plots``, a sweep over
+    token data's with ``memory_tokens.png``."""
+    draw = {
+        "throughput": lambda: throughput_figure(summary, answer, eliminated),
+        "peak_memory": lambda: peak_memory_figure(summary, maxbatch),
+        "data_wait": lambda: data_wait_figure(summary),
+        "breakdown": lambda: breakdown_figure(summary),
+        "loss_curves": lambda: loss_curves_figure(curves, summary),
+        "val_accuracy": lambda: val_accuracy_figure(summary),
+        "memory_tokens": lambda: memory_tokens_figure(summary),
     }
-    if "sequence_length" in summary and summary["sequence_length"].notna().any():
-        figures["memory_tokens.png"] = memory_tokens_figure(summary)
-    return figures
+    tokens = "sequence_length" in summary and summary["sequence_length"].notna().any()
+    return {figure.file: draw[figure.name]() for figure in outputs.plots(bool(tokens))}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from snakemake.settings.types import DeploymentMethod
 from batchscope.core import (
     datasets,
     grid,
+    outputs,
     paths,
     prediction,
     results,

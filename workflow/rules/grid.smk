@@ -7,14 +7,7 @@ DATASET = config["dataset"]["name"]
 TOKENS = datasets.is_tokens(DATASET)
 RUN = paths.run_pattern(TOKENS)
 CEILING = paths.CEILING
-PLOTS = [
-    "throughput",
-    "peak_memory",
-    "data_wait",
-    "breakdown",
-    "loss_curves",
-    "val_accuracy",
-] + (["memory_tokens"] if TOKENS else [])
+PLOTS = [figure.name for figure in outputs.plots(TOKENS)]
 
 
 AUTO = config["batch_sizes"] == "auto"
@@ -229,7 +222,7 @@ def maxbatch_results(wildcards=None):
 def plot_files():
     """The figures; with more than one `devices` value, the scaling with devices too."""
     scaling = ["scaling"] if len(config["devices"]) > 1 else []
-    return [f"results/plots/{name}.png" for name in [*PLOTS, *scaling]]
+    return [f"{outputs.PLOT_DIR}/{name}.png" for name in [*PLOTS, *scaling]]
 
 
 CONVERGENCE = [

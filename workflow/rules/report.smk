@@ -30,55 +30,16 @@ rule plots:
         rounds=round_files,
         later_rounds=later_round_files,
     output:
-        **(
-            {
-                "memory_tokens": report(
-                    "results/plots/memory_tokens.png",
-                    caption="../report/memory_tokens.rst",
-                    category="Memory",
-                    labels={"figure": "peak memory vs tokens per step"},
-                )
-            }
-            if TOKENS
-            else {}
-        ),
-        throughput=report(
-            "results/plots/throughput.png",
-            caption="../report/throughput.rst",
-            category="Throughput",
-            labels={"figure": "samples/s vs batch size"},
-        ),
-        peak_memory=report(
-            "results/plots/peak_memory.png",
-            caption="../report/peak_memory.rst",
-            category="Memory",
-            labels={"figure": "peak memory vs batch size"},
-        ),
-        data_wait=report(
-            "results/plots/data_wait.png",
-            caption="../report/data_wait.rst",
-            category="Input pipeline",
-            labels={"figure": "data wait share"},
-        ),
-        breakdown=report(
-            "results/plots/breakdown.png",
-            caption="../report/breakdown.rst",
-            category="Input pipeline",
-            labels={"figure": "step time breakdown"},
-        ),
-        loss_curves=report(
-            "results/plots/loss_curves.png",
-            caption="../report/loss_curves.rst",
-            category="Training",
-            labels={"figure": "loss curves"},
-        ),
-        val_accuracy=report(
-            "results/plots/val_accuracy.png",
-            caption="../report/val_accuracy.rst",
-            category="Training",
-            labels={"figure": "validation accuracy"},
-        ),
-        # token data only: peak memory vs batch x sequence length
+        # every figure of batchscope.core.outputs (token data adds memory_tokens), captioned
+        **{
+            figure.name: report(
+                figure.path,
+                caption=figure.caption,
+                category=figure.category,
+                labels={"figure": figure.label},
+            )
+            for figure in outputs.plots(TOKENS)
+        },
     log:
         "logs/plots.log",
     benchmark:
