@@ -38,9 +38,10 @@ def test_sigkill_mid_run_then_rerun_redoes_only_the_killed_and_missing_jobs(tmp_
         batch_sizes=[8, 16, 32],
         num_workers=[0],
         seeds=[0],
-        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0, **ONE_ROUND},
+        # inference ends when its window is full: 3 s of it per job, long enough to be caught
+        measure={"warmup_steps": 1, "repeats": 1, "min_steps": 0, **ONE_ROUND, "min_seconds": 3},
         sweep=NO_RACE,
-        infer={"max_steps": 1500},  # several seconds per job: long enough to be caught mid-run
+        infer={"max_steps": 100_000},
     )
     runs = tmp_path / "results" / "runs" / "infer" / "small_cnn"
     logs = tmp_path / "logs" / "bench" / "infer" / "small_cnn"
