@@ -58,18 +58,22 @@ def _value(key: str, value: Any) -> Any:
     return str(value) if key in _TEXT_KEYS else int(value)
 
 
-def point_of(row: Mapping[str, Any]) -> GridPoint:
-    """The point a result (or any mapping with the point keys, extra keys ignored) belongs to;
-    a key added after results were written takes :data:`LATER_POINT_KEYS`' value."""
+def _values(row: Mapping[str, Any], keys: Sequence[str]) -> tuple:
+    """``row``'s values of ``keys``, typed; a key added after results were written takes
+    :data:`LATER_POINT_KEYS`' value."""
     values = {**LATER_POINT_KEYS, **row}
-    return GridPoint(*(_value(key, values.get(key)) for key in POINT_KEYS))
+    return tuple(_value(key, values.get(key)) for key in keys)
+
+
+def point_of(row: Mapping[str, Any]) -> GridPoint:
+    """The point a result (or any mapping with the point keys, extra keys ignored) belongs to."""
+    return GridPoint(*_values(row, POINT_KEYS))
 
 
 def group_key(row: Mapping[str, Any]) -> tuple:
-    """The group a row names (an answer of recommendation.json, a table row), by
-    :data:`GROUP_KEYS`; later keys as in :func:`point_of`."""
-    values = {**LATER_POINT_KEYS, **row}
-    return tuple(_value(key, values.get(key)) for key in GROUP_KEYS)
+    """The group a row names (an answer of recommendation.json, a table row): its
+    :data:`GROUP_KEYS`, read as :func:`point_of` reads them."""
+    return _values(row, GROUP_KEYS)
 
 
 def group_of(point: Sequence) -> tuple:
