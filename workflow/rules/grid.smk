@@ -7,7 +7,6 @@ DATASET = config["dataset"]["name"]
 TOKENS = datasets.is_tokens(DATASET)
 RUN = paths.run_pattern(TOKENS)
 CEILING = paths.CEILING
-PLOTS = [figure.name for figure in outputs.plots(TOKENS)]
 
 
 AUTO = config["batch_sizes"] == "auto"
@@ -221,8 +220,8 @@ def maxbatch_results(wildcards=None):
 
 def plot_files():
     """The figures; with more than one `devices` value, the scaling with devices too."""
-    scaling = ["scaling"] if len(config["devices"]) > 1 else []
-    return [f"{outputs.PLOT_DIR}/{name}.png" for name in [*PLOTS, *scaling]]
+    scaling = [f"{outputs.PLOT_DIR}/scaling.png"] if len(config["devices"]) > 1 else []
+    return [figure.path for figure in outputs.plots(TOKENS)] + scaling
 
 
 CONVERGENCE = [
