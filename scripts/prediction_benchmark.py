@@ -13,7 +13,7 @@ In one run it runs (each in a new temporary folder, kept and printed, unless giv
 one) the convergence sweep on ``--config`` (default ``config/convergence.yaml``: every batch
 size to the target, three seeds) and the same config with ``train.predict: true`` (full-length
 runs at the calibration size(s), short runs elsewhere), then predicts with
-``batchscope.report.prediction`` and prints, for each calibration strategy
+``batchscope.report.convergence.prediction_table`` and prints, for each calibration strategy
 (``train.predict_calibration``; with a second sweep, only the one it ran):
 
 - the Spearman rank correlation of predicted vs measured seconds to the target over the batch
@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 
 from batchscope.core import config as config_module  # noqa: E402
 from batchscope.core.prediction import STRATEGIES  # noqa: E402
-from batchscope.report.prediction import predict_frame  # noqa: E402
+from batchscope.report.convergence.prediction_table import predict_frame  # noqa: E402
 
 COLUMNS = [
     "batch_size",

@@ -8,7 +8,7 @@ Each simulated sweep draws every run of a point as ``median * exp(N(0, s))`` wit
 draw per fresh process), round after round, and decides with
 
 - **new**: this checkout's race and verdict, the code the workflow runs: after each round
-  ``batchscope.report.rounds.decide_round`` and ``apply_budget``; at the end
+  ``batchscope.report.summary.round_decision.decide_round`` and ``apply_budget``; at the end
   ``batchscope.core.verdict.decide`` at the level the looks left and
   ``batchscope.core.recommendation.choose``, with the schema's defaults (``--config KEY=VALUE``
   to override, dotted keys, YAML values);
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batchscope.core import config as configuration  # noqa: E402
 from batchscope.core import recommendation, verdict  # noqa: E402
-from batchscope.report import rounds as race  # noqa: E402
+from batchscope.report.summary import round_decision as race  # noqa: E402
 
 #: (batch size, workers) -> median samples/s of the default sweep, measured on this machine with
 #: `make run` at the commit before issue 23 (3 rounds per point).

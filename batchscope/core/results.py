@@ -73,9 +73,9 @@ TOO_LARGE_FOR_DATA = "too_large_for_data"
 #: (the schema's third form).
 CANNOT_RUN = "cannot_run"
 
-#: Columns ``summary.csv`` adds to the result fields (batchscope.report.aggregate), with their
-#: pandas dtypes: the diagnosis, the environment check, the compute-only ceiling and the flags
-#: of a disturbed measurement.
+#: Columns ``summary.csv`` adds to the result fields (batchscope.report.summary.aggregate), with
+#: their pandas dtypes: the diagnosis, the environment check, the compute-only ceiling and the
+#: flags of a disturbed measurement.
 SUMMARY_DTYPES = MappingProxyType(
     {
         "bound": "str",

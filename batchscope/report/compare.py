@@ -21,7 +21,7 @@ import pandas as pd
 
 from batchscope.core import results
 from batchscope.core.results import GRID_KEYS
-from batchscope.report.result_files import with_grid_defaults
+from batchscope.report.summary.result_files import with_grid_defaults
 
 #: Keys of environment.json not worth comparing (they differ on every run).
 _VOLATILE = ("executable", "hostname", "conda_env_export", "torch_config", "torch_parallel_info")

@@ -1,8 +1,8 @@
 """What every figure of the reports shares: the grid of panels, the figure that only says why
 there is nothing to draw, the log2 batch-size axis and writing a PNG.
 
-Both the sweep's figures (``batchscope.report.plots``) and the convergence report's
-(``batchscope.report.convergence_report``) draw with these, so a panel grid, an empty figure or
+Both the sweep's figures (``batchscope.report.plots.build``) and the convergence report's
+(``batchscope.report.convergence.build``) draw with these, so a panel grid, an empty figure or
 a batch axis looks the same in both. Importing this module selects matplotlib's file-only Agg
 backend: figures are files, never windows.
 """

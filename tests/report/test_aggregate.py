@@ -1,4 +1,4 @@
-"""Tests for batchscope.report.aggregate on small synthetic result files."""
+"""Tests for batchscope.report.summary.aggregate on small synthetic result files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from batchscope.core import results
 from batchscope.core.stats import mean_ci
-from batchscope.report import aggregate, diagnosis, point_table, result_files
+from batchscope.report.summary import aggregate, diagnosis, point_table, result_files
 from tests.factories import FINGERPRINT, fake_result
 
 
@@ -209,7 +209,8 @@ def test_written_tables_feed_recommend_and_plots(tmp_path):
     """The CSVs round-trip: the next stages read them as written (bools, empty cells, OOM)."""
     import matplotlib.pyplot as plt
 
-    from batchscope.report import plots, recommend
+    from batchscope.report.plots import build as plots
+    from batchscope.report.recommend import build as recommend
 
     runs = tmp_path / "runs"
     paths = [write_run(runs, batch_size=b, samples_per_s=10.0 * b) for b in (16, 32)]
@@ -449,7 +450,8 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
     """Failed and missing points reach the recommendation and the figures from the CSVs."""
     import matplotlib.pyplot as plt
 
-    from batchscope.report import plots, recommend
+    from batchscope.report.plots import build as plots
+    from batchscope.report.recommend import build as recommend
 
     runs = tmp_path / "runs"
     paths = [write_run(runs, batch_size=b, samples_per_s=10.0 * b) for b in (16, 32)]
@@ -480,7 +482,7 @@ def test_partial_tables_feed_recommend_and_plots(tmp_path):
 
 
 def test_rows_are_held_against_the_compute_only_ceiling(tmp_path):
-    from batchscope.report.diagnosis import add_ceiling
+    from batchscope.report.summary.diagnosis import add_ceiling
 
     summary = pd.DataFrame(
         {"mode": ["train", "train"], "model": ["m", "m"], "batch_size": [8, 16],

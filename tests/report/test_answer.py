@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from batchscope.core import recommendation
-from batchscope.report import answer, point_table
+from batchscope.report.recommend import answer
+from batchscope.report.summary import point_table
 from tests.factories import design, summary_row
 
 

@@ -1,4 +1,4 @@
-"""Tests for batchscope.report.convergence_report on crafted summary and curves tables."""
+"""Tests for batchscope.report.convergence.build on crafted summary and curves tables."""
 
 from __future__ import annotations
 
@@ -15,11 +15,9 @@ import yaml
 
 from batchscope.core.config import check, load_schema
 from batchscope.core.stats import mean_ci
-from batchscope.report import convergence_figures as figs
-from batchscope.report import convergence_fits as fits
-from batchscope.report import convergence_pages as pages
-from batchscope.report import convergence_report as cr
-from batchscope.report import convergence_tables as tables
+from batchscope.report.convergence import build as cr
+from batchscope.report.convergence import figures as figs
+from batchscope.report.convergence import fits, pages, tables
 from tests.factories import summary_row
 
 ROOT = Path(__file__).resolve().parents[2]

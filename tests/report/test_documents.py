@@ -44,6 +44,18 @@ def test_learning_rate_text_names_the_scaling_when_there_was_one():
     assert lr_text({"lr": None}) == lr_text({"lr": float("nan")}) == "unknown"
 
 
+def _layout_block(layout: str, room: str) -> str:
+    """The layout's lines about ``room`` (``"plots/"``): its line and those indented under it."""
+    lines = layout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(room))
+    block = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith("    "):
+            break
+        block.append(line)
+    return "\n".join(block)
+
+
 def test_the_readme_layout_names_every_module_and_rules_file_and_nothing_else():
     from pathlib import Path
 
@@ -51,19 +63,24 @@ def test_the_readme_layout_names_every_module_and_rules_file_and_nothing_else():
     readme = (root / "README.md").read_text()
     layout = readme[readme.index("## Layout") :]
     layout = layout[: layout.index("\n```\n", layout.index("```") + 3)]
+    floors = [root / "batchscope" / floor for floor in ("core", "bench", "report")]
     modules = {
-        p.name
-        for floor in ("core", "bench", "report")
-        for p in (root / "batchscope" / floor).glob("*.py")
+        p.relative_to(floor): p.name
+        for floor in floors
+        for p in floor.rglob("*.py")
         if p.name not in ("__init__.py", "__main__.py")
     }
-    for name in sorted(modules):
-        prefix = name.removesuffix(".py").split("_")[0]
-        families = (f"{prefix}*.py", f"{prefix}_*.py")
-        assert name in layout or any(f in layout for f in families), f"Layout lacks {name}"
+    for path, name in sorted(modules.items()):
+        if len(path.parts) == 1:
+            prefix = name.removesuffix(".py").split("_")[0]
+            families = (f"{prefix}*.py", f"{prefix}_*.py")
+            assert name in layout or any(f in layout for f in families), f"Layout lacks {name}"
+        else:  # a room's module: its stem among the room's lines
+            room = _layout_block(layout, f"{path.parts[0]}/")
+            assert re.search(rf"\b{path.stem}\b", room), f"Layout lacks {path}"
     for rules in (root / "workflow" / "rules").glob("*.smk"):
         assert f"workflow/rules/{rules.name}" in layout
     named = set(re.findall(r"\b(\w+\.py)\b", layout))
     scripts = {p.name for p in (root / "scripts").glob("*.py")}
-    unknown = named - modules - scripts
+    unknown = named - set(modules.values()) - scripts
     assert not unknown, f"Layout names what does not exist: {unknown}"

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from batchscope.core import results
-from batchscope.report import answer, objectives, point_table, recommend
+from batchscope.report.recommend import answer, build, objectives
+from batchscope.report.summary import point_table
 from tests.factories import design, summary_row
 
 #: (batch size, samples/s, J/sample): fast and hungry, slow and frugal, between.
@@ -95,7 +96,7 @@ def _recommend(tmp_path, summary):
     argv = ["--summary", str(paths["s.csv"]), "--env", str(paths["env.json"])]
     argv += ["--answer", str(paths["rec.json"]), "--markdown", str(paths["rec.md"])]
     argv += ["--html", str(tmp_path / "rec.html"), "--energy-plot", str(plot)]
-    assert recommend.main(argv) == 0
+    assert build.main(argv) == 0
     return plot, paths["rec.md"].read_text(), (tmp_path / "rec.html").read_text()
 
 

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from batchscope.core import recommendation, results, verdict
-from batchscope.report import answer, diagnosis, point_table
-from batchscope.report import rounds as decide
+from batchscope.report.recommend import answer
+from batchscope.report.summary import diagnosis, point_table, round_decision
 from tests.factories import design, fake_result, summary_row
 
 LIMIT = 0.1
@@ -100,16 +100,16 @@ def test_the_race_leaves_loaded_runs_out_and_remeasures_a_point_that_has_no_othe
             fake_result("infer", batch_size=b, samples_per_s=rate, foreign_cpu_frac=frac),
         )
         paths.append(str(path))
-    runs = decide.read_runs(paths, LIMIT)
+    runs = round_decision.read_runs(paths, LIMIT)
     assert runs.values[("infer", "small_cnn", None, 16, 1, 0, 1)] == [] and runs.loaded == {
         ("infer", "small_cnn", None, 16, 1, 0, 1)
     }
-    found = decide.decide_round(runs, 1, design(strategy="full", first_look=2))
+    found = round_decision.decide_round(runs, 1, design(strategy="full", first_look=2))
     assert ("infer", "small_cnn", None, 16, 1, 0, 1) in found.going_on  # measured again
 
 
 def test_the_recommendation_names_no_point_and_the_files_to_redo():
-    from batchscope.report import recommend
+    from batchscope.report.recommend import build as recommend
 
     summary = _runs(
         {

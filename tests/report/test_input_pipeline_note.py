@@ -3,14 +3,14 @@ preprocessed, so that a user sees what to change (workers, decoder, resize)."""
 
 import pandas as pd
 
-from batchscope.report import recommend
+from batchscope.report.recommend import build
 from tests.report.test_recommend import only, rounds
 
 PIPELINE = {"decoder": "pil", "preprocessing": "resize 256 (shorter side), center crop 224"}
 
 
 def _diagnosis(rows) -> str:
-    rec = only(recommend.recommend(pd.DataFrame(rows)))
+    rec = only(build.recommend(pd.DataFrame(rows)))
     return next(n for n in rec["notes"] if n.startswith("Diagnosis"))
 
 

@@ -1,4 +1,4 @@
-"""Tests for batchscope.report.plots on small synthetic summary/curves tables."""
+"""Tests for batchscope.report.plots.build on small synthetic summary/curves tables."""
 
 from __future__ import annotations
 
@@ -13,7 +13,11 @@ import pytest
 from matplotlib.collections import LineCollection
 
 from batchscope.core import outputs, results
-from batchscope.report import plots, plots_lines, plots_loss, plots_panels, plots_time
+from batchscope.report.plots import breakdown as plots_time
+from batchscope.report.plots import build as plots
+from batchscope.report.plots import lines as plots_lines
+from batchscope.report.plots import loss as plots_loss
+from batchscope.report.plots import panels as plots_panels
 from tests.factories import summary_row
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -520,18 +524,19 @@ def test_equal_validation_accuracies_of_two_worker_counts_stay_visible_side_by_s
 
 
 def test_the_scaling_figure_draws_throughput_and_efficiency_against_devices():
-    from batchscope.report import aggregate, plots_scaling, point_table
+    from batchscope.report.plots import scaling
+    from batchscope.report.summary import aggregate, point_table
     from tests.factories import summary_row
 
     rows = [summary_row(devices=d, samples_per_s=r) for d, r in [(1, 100.0), (2, 150.0)]]
     summary = aggregate.add_scaling_efficiency(pd.DataFrame(rows))
     points = point_table.summarize_points(summary)
-    fig = plots_scaling.scaling_figure(points)
+    fig = scaling.scaling_figure(points)
     speed, efficiency = [ax for ax in fig.axes if ax.get_visible()]
     throughput = speed.lines[0]
     assert list(throughput.get_xdata()) == [1, 2]
     assert list(throughput.get_ydata()) == pytest.approx([100.0, 150.0])
     assert list(efficiency.lines[0].get_ydata()) == pytest.approx([1.0, 0.75])
     # one devices value: nothing to scale, and the figure says so
-    alone = plots_scaling.scaling_figure(points[points["devices"] == 1])
-    assert plots_scaling.NO_SCALING in [t.get_text() for ax in alone.axes for t in ax.texts]
+    alone = scaling.scaling_figure(points[points["devices"] == 1])
+    assert scaling.NO_SCALING in [t.get_text() for ax in alone.axes for t in ax.texts]

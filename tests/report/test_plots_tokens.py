@@ -3,8 +3,8 @@
 import pandas as pd
 
 from batchscope.core import results
-from batchscope.report import plots
-from batchscope.report.plots_tokens import memory_tokens_figure
+from batchscope.report.plots import build
+from batchscope.report.plots.tokens import memory_tokens_figure
 from tests.factories import fake_result
 
 
@@ -39,6 +39,6 @@ def test_one_line_per_sequence_length_over_the_tokens_a_step_holds():
 def test_only_a_sweep_over_token_data_draws_it():
     curves = pd.DataFrame(columns=list(results.curve_dtypes()))
     images = pd.DataFrame([fake_result("infer")])
-    assert "memory_tokens.png" not in plots.all_figures(images, curves)
+    assert "memory_tokens.png" not in build.all_figures(images, curves)
     tokens = _summary([(16, 4, 100.0, "ok")])
-    assert "memory_tokens.png" in plots.all_figures(tokens, curves)
+    assert "memory_tokens.png" in build.all_figures(tokens, curves)

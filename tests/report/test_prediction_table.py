@@ -1,9 +1,9 @@
-"""prediction.csv from a sweep's summary (batchscope.report.prediction)."""
+"""prediction.csv from a sweep's summary (batchscope.report.convergence.prediction_table)."""
 
 import pandas as pd
 import pytest
 
-from batchscope.report.prediction import best_line, predict_frame
+from batchscope.report.convergence.prediction_table import best_line, predict_frame
 
 TWO_POINT = {"predict_steps": 6, "calibration": "two_point"}
 NOISE_SCALE = {"predict_steps": 6, "calibration": "noise_scale"}

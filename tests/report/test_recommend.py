@@ -1,4 +1,4 @@
-"""Tests for batchscope.report.recommend on small synthetic summary tables."""
+"""Tests for batchscope.report.recommend.build on small synthetic summary tables."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batchscope.report import recommend, recommend_pages, recommend_target
+from batchscope.report.recommend import build as recommend
+from batchscope.report.recommend import pages as recommend_pages
+from batchscope.report.recommend import target as recommend_target
 from tests.factories import summary_row
 
 ENV = {"fingerprint": "0123456789ab", "torch": "2.14.1", "device_name": "Test GPU"}
@@ -431,7 +433,8 @@ def convergence_sweep(step_time, seeds=(0, 1)) -> pd.DataFrame:
 def write_inputs(tmp_path, summary):
     """The summary, environment and convergence findings files main reads; argv without the
     findings, and the findings path."""
-    from batchscope.report import convergence_pages, convergence_report
+    from batchscope.report.convergence import build as convergence_report
+    from batchscope.report.convergence import pages as convergence_pages
 
     summary_csv, env_json = tmp_path / "summary.csv", tmp_path / "environment.json"
     summary.to_csv(summary_csv, index=False)

@@ -1,4 +1,4 @@
-"""batchscope.report.result_files and aggregate against the result format: the names the
+"""batchscope.report.summary.result_files and aggregate against the result format: the names the
 reporting floor takes from core.results, and the tables read back with the declared dtypes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from batchscope.core import paths, results
-from batchscope.report import aggregate, result_files
+from batchscope.report.summary import aggregate, result_files
 from tests.factories import FINGERPRINT, NOISE_SCALE_KEYS, TARGET_KEYS, fake_result
 
 

@@ -1,5 +1,5 @@
-"""batchscope.report.rounds: the decision after a round (which points go on, the budget),
-and the decision file."""
+"""batchscope.report.summary.round_decision: the decision after a round (which points go on,
+the budget), and the decision file."""
 
 import json
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from batchscope.core import grid, verdict
-from batchscope.report import rounds as decision
+from batchscope.report.summary import round_decision as decision
 
 POINTS = {("train", "m", None, b, 1, 0, 1): m for b, m in ((32, 1000.0), (64, 980.0), (256, 400.0))}
 DESIGN = verdict.Design(0.05, 0.05, "race", first_look=2, max_rounds=8)

@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 _IMPORT_ALL = """
 import importlib, pkgutil, sys
 import batchscope.{floor} as floor
-for info in pkgutil.iter_modules(floor.__path__):
-    importlib.import_module(f"batchscope.{floor}." + info.name)
+for info in pkgutil.walk_packages(floor.__path__, f"batchscope.{floor}."):
+    importlib.import_module(info.name)
 print(sorted(m for m in ("torch", "torchvision") if m in sys.modules))
 """
 

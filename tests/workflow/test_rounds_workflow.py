@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from batchscope.core import grid, rounds, verdict
-from batchscope.report import rounds as decide
+from batchscope.report.summary import round_decision
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
@@ -99,7 +99,7 @@ def test_race_runs_what_its_recorded_decisions_kept_and_they_follow_from_the_run
         assert decision["device_s"] > 0
         # the same runs, decided again, give the same decision
         paths = [str(p) for p in _runs(workdir) if json.loads(p.read_text())["round"] <= r]
-        again = decide.decide_round(decide.read_runs(paths, 1.0), r, design)
+        again = round_decision.decide_round(round_decision.read_runs(paths, 1.0), r, design)
         assert [list(p) for p in again.going_on] == decision["next_round"]
     points = pd.read_csv(workdir / "results" / "summary_by_point.csv").set_index("batch_size")
     for entry in json.loads(decided[-1].read_text())["eliminated"]:

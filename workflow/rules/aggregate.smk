@@ -46,7 +46,7 @@ rule aggregate:
             else ""
         ),
     shell:
-        "python -m batchscope.report.aggregate --results {params.results:q} {params.partial}"
+        "python -m batchscope.report.summary.aggregate --results {params.results:q} {params.partial}"
         " --env {input.env:q} --summary {output.summary:q} --by-point {output.by_point:q}"
         " --curves {output.curves:q} --ceilings {input.ceilings:q} --rounds {input.rounds:q} {input.later_rounds:q}"
         " --foreign-cpu-limit {params.foreign_cpu_limit} > {log:q} 2>&1"

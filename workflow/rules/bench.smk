@@ -147,7 +147,7 @@ checkpoint round_done:
         order_seed=config["sweep"]["order_seed"],
         foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
     shell:
-        "python -m batchscope.report.rounds --round {wildcards.round} {params.design}"
+        "python -m batchscope.report.summary.round_decision --round {wildcards.round} {params.design}"
         " --order-seed {params.order_seed} --foreign-cpu-limit {params.foreign_cpu_limit}"
         " --previous {input.previous:q} --results {input.results:q} --output {output:q}"
         " > {log:q} 2>&1"

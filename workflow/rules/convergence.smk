@@ -55,7 +55,7 @@ rule convergence_report:
             f"--prediction {shlex.quote(input.prediction)}" if PREDICT else ""
         ),
     shell:
-        "python -m batchscope.report.convergence_report --summary {input.summary:q}"
+        "python -m batchscope.report.convergence.build --summary {input.summary:q}"
         " --curves {input.curves:q} --outdir {params.outdir:q} {params.prediction}"
         " > {log:q} 2>&1"
 
@@ -86,7 +86,7 @@ rule convergence_prediction:
         decay=config["train"]["lr_decay"],
         calibration=config["train"]["predict_calibration"],
     shell:
-        "python -m batchscope.report.prediction --summary {input.summary:q}"
+        "python -m batchscope.report.convergence.prediction_table --summary {input.summary:q}"
         " --curves {input.curves:q} --output {output.table:q} --figure {output.figure:q}"
         " --predict-steps {params.steps} --calibration {params.calibration}"
         " --lr-decay {params.decay} > {log:q} 2>&1"

@@ -49,7 +49,7 @@ rule plots:
     params:
         outdir=plot_dir,
     shell:
-        "python -m batchscope.report.plots --summary {input.summary:q} --curves {input.curves:q}"
+        "python -m batchscope.report.plots.build --summary {input.summary:q} --curves {input.curves:q}"
         " --outdir {params.outdir:q} --maxbatch {input.maxbatch:q} --answer {input.answer:q}"
         " --rounds {input.rounds:q} {input.later_rounds:q} > {log:q} 2>&1"
 
@@ -72,7 +72,7 @@ rule scaling_plot:
     conda:
         "../envs/report.yaml"
     shell:
-        "python -m batchscope.report.plots_scaling --by-point {input.by_point:q}"
+        "python -m batchscope.report.plots.scaling --by-point {input.by_point:q}"
         " --output {output:q} > {log:q} 2>&1"
 
 
@@ -95,7 +95,7 @@ rule answer:
         foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
         energy_eta=config["recommend"]["energy_eta"],
     shell:
-        "python -m batchscope.report.answer --summary {input.summary:q}"
+        "python -m batchscope.report.recommend.answer --summary {input.summary:q}"
         " --by-point {input.by_point:q} {params.design}"
         " --foreign-cpu-limit {params.foreign_cpu_limit} --energy-eta {params.energy_eta}"
         " --output {output:q} > {log:q} 2>&1"
@@ -127,7 +127,7 @@ rule recommend:
             ["--convergence", *input.convergence] if input.convergence else []
         ),
     shell:
-        "python -m batchscope.report.recommend --summary {input.summary:q} --env {input.env:q}"
+        "python -m batchscope.report.recommend.build --summary {input.summary:q} --env {input.env:q}"
         " --answer {input.answer:q} --markdown {output.markdown:q} --html {output.html:q} {params.convergence:q}"
         " --energy-plot results/plots/energy.png"
         " > {log:q} 2>&1"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from batchscope.report import diagnosis, result_files
-from batchscope.report.recommend_points import SPREAD_SOURCES
+from batchscope.report.recommend.points import SPREAD_SOURCES
+from batchscope.report.summary import diagnosis, result_files
 
 #: Spread (%) above which a measurement is called noisy (STYLE: IQR over 10% of the median).
 NOISY_PCT = 10.0

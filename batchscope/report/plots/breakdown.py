@@ -20,9 +20,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from batchscope.report import result_files
 from batchscope.report.figures import placeholder_figure, subplots
-from batchscope.report.plots_panels import (
+from batchscope.report.plots.panels import (
     FAILED_STYLE,
     NO_RUNS,
     PANEL_KEYS,
@@ -30,6 +29,7 @@ from batchscope.report.plots_panels import (
     panel_title,
     panels,
 )
+from batchscope.report.summary import result_files
 
 #: The per-step time breakdown: (label, summary column), bottom to top in the stacked bars.
 BREAKDOWN_PARTS = (

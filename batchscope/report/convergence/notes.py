@@ -7,7 +7,7 @@ lowest mean seconds to the target (time on the clock, evaluations excluded), wit
 rate it used, and whether it is below, around (within a factor of two) or above B_simple and the
 knee (``position``).
 
-The pages (``batchscope.report.convergence_pages``) put these into the Markdown and HTML
+The pages (``batchscope.report.convergence.pages``) put these into the Markdown and HTML
 documents and into ``convergence.json``. Plain pandas: no plotting, no torch.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from batchscope.report.convergence_fits import AROUND_FACTOR, relation
-from batchscope.report.convergence_tables import (
+from batchscope.report.convergence.fits import AROUND_FACTOR, relation
+from batchscope.report.convergence.tables import (
     ModelReport,
     NoiseScale,
     candidates,

@@ -27,8 +27,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from batchscope.report import figures
-from batchscope.report.convergence_fits import REGIME_FACTOR, REGIMES, Knee, noise_history
-from batchscope.report.convergence_tables import ModelReport, NoiseScale, run_curves
+from batchscope.report.convergence.fits import REGIME_FACTOR, REGIMES, Knee, noise_history
+from batchscope.report.convergence.tables import ModelReport, NoiseScale, run_curves
 from batchscope.report.documents import samples_text
 
 #: File names of the figures (``all_figures``' keys).

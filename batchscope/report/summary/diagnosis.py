@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import results, verdict
-from batchscope.report.result_files import POINT_COLUMNS
+from batchscope.report.summary.result_files import POINT_COLUMNS
 
 #: Column added by ``check_environment``.
 ENV_MATCH_COLUMN = "env_matches_capture"

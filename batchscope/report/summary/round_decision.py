@@ -1,7 +1,8 @@
 """The decision after a round: which points the next round measures.
 
-    python -m batchscope.report.rounds --round 2 --strategy race --level 0.05 --margin 0.05 \\
-        --rounds 2 --max-rounds 8 [--budget-s 450] --order-seed 0 --foreign-cpu-limit 0.1 \\
+    python -m batchscope.report.summary.round_decision --round 2 --strategy race \\
+        --level 0.05 --margin 0.05 --rounds 2 --max-rounds 8 [--budget-s 450] --order-seed 0 \\
+        --foreign-cpu-limit 0.1 \\
         --previous results/rounds/round1.json \\
         --results results/runs/.../*_round1.json ... --output results/rounds/round2.json
 
@@ -146,7 +147,8 @@ def apply_budget(decision: Decision, runs: Runs, round_: int, budget_s: float | 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.rounds", description=__doc__.split("\n")[0]
+        prog="python -m batchscope.report.summary.round_decision",
+        description=__doc__.split("\n")[0],
     )
     parser.add_argument("--round", type=int, required=True, help="the round just finished")
     parser.add_argument("--strategy", choices=("race", "full"), required=True)

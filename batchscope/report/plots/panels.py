@@ -1,4 +1,4 @@
-"""What every figure of the sweep (``batchscope.report.plots``) shares: one panel per mode x
+"""What every figure of the sweep (``batchscope.report.plots.build``) shares: one panel per mode x
 model, its title, the batch-size axis of the sizes measured, the worker-count colours, and how
 failed grid points are marked.
 

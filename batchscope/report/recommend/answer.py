@@ -1,6 +1,6 @@
 """The answer, machine-readable: ``results/recommendation.json``.
 
-    python -m batchscope.report.answer --summary results/summary.csv \\
+    python -m batchscope.report.recommend.answer --summary results/summary.csv \\
         --by-point results/summary_by_point.csv --level 0.05 --margin 0.05 --strategy race \\
         --rounds 2 --max-rounds 8 --foreign-cpu-limit 0.1 [--energy-eta 0.5] \\
         --output results/recommendation.json
@@ -16,9 +16,9 @@ estimate. The schema is
 ``batchscope/core/recommendation_schema.json`` (docs/results.md); the Markdown and HTML
 recommendation, the plots and the report read this file and derive no answer of their own.
 
-Each answer also says what to use per objective (``objectives``,
-``batchscope.report.objectives``): the pick as the fastest, and where the runs measured energy
-the point of least energy per sample and the time/energy trade-off's (``--energy-eta``).
+Each answer also says what to use per objective ( ``batchscope.report.recommend.objectives``): the
+pick as the fastest, and where the runs measured energy the point of least energy per sample and
+the time/energy trade-off's (``--energy-eta``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import jsonschema
 import pandas as pd
 
 from batchscope.core import config, paths, recommendation, results, verdict
-from batchscope.report import objectives
-from batchscope.report.result_files import with_grid_defaults
+from batchscope.report.recommend import objectives
+from batchscope.report.summary.result_files import with_grid_defaults
 
 #: One answer per distinct value of these.
 #: (``sequence_length``: token data, one answer per length; empty for images)
@@ -196,7 +196,7 @@ def document(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.answer", description=__doc__.split("\n")[0]
+        prog="python -m batchscope.report.recommend.answer", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--summary", required=True, help="summary CSV (one row per run)")
     parser.add_argument("--by-point", required=True, help="summary_by_point CSV")

@@ -16,10 +16,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from batchscope.core.results import GRID_KEYS
-from batchscope.report import result_files
 from batchscope.report.documents import sizes_text
 from batchscope.report.figures import placeholder_figure, subplots
-from batchscope.report.plots_panels import (
+from batchscope.report.plots.panels import (
     FAILED_STYLE,
     NO_TRAIN_RUNS,
     PANEL_KEYS,
@@ -28,6 +27,7 @@ from batchscope.report.plots_panels import (
     panel_title,
     select,
 )
+from batchscope.report.summary import result_files
 
 #: Failures that leave a training run without steps, as the loss panel lists them.
 NO_STEPS = {

@@ -1,7 +1,7 @@
 """Time to target: throughput is not the whole answer for training.
 
 Given the convergence report's findings (``convergence.json`` of
-``batchscope.report.convergence_report``, ``recommend --convergence``), each training
+``batchscope.report.convergence.build``, ``recommend --convergence``), each training
 recommendation also names the batch size with the lowest mean time to the training target and
 the learning rate it used, compares it with the throughput pick, and says where it sits relative
 to the gradient noise scale B_simple and the knee of the steps curve (``time_to_target``).
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from batchscope.report.documents import lr_text, samples_text, sizes_text
-from batchscope.report.recommend_text import config_text
+from batchscope.report.recommend.text import config_text
 
 #: Heading of the time-to-target part of a training recommendation (``--convergence``).
 TIME_TO_TARGET = "Time to target"

@@ -19,7 +19,7 @@ of one DataLoader worker count):
 
 Command line::
 
-    python -m batchscope.report.prediction --summary results/summary.csv \\
+    python -m batchscope.report.convergence.prediction_table --summary results/summary.csv \\
         --curves results/curves.csv --output results/convergence/prediction.csv \\
         --figure results/convergence/convergence_prediction.png --predict-steps 60 \\
         --calibration noise_scale [--measured other/summary.csv]
@@ -43,7 +43,7 @@ import pandas as pd
 from batchscope.core import prediction as core
 from batchscope.core import results
 from batchscope.core.stats import mean_ci
-from batchscope.report.convergence_tables import chosen_workers, prepare
+from batchscope.report.convergence.tables import chosen_workers, prepare
 from batchscope.report.figures import save_png
 
 #: prediction.csv's columns, in order (docs/results.md describes each).
@@ -468,7 +468,7 @@ def figure(table: pd.DataFrame):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.prediction",
+        prog="python -m batchscope.report.convergence.prediction_table",
         description="Predicted steps and seconds to the target at every batch size.",
     )
     parser.add_argument("--summary", required=True, help="summary.csv of the predict sweep")

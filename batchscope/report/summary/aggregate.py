@@ -2,13 +2,13 @@
 
 ``collect`` turns one result JSON per grid point into one row per grid point; ``collect_curves``
 stacks the per-step CSVs with the grid keys added, so every step row says where it came from.
-The reading (and the rows of absent results) is ``batchscope.report.result_files``'s, the
-diagnosis and flags ``batchscope.report.diagnosis``'s, the points table (seeds and rounds pooled)
-``batchscope.report.point_table``'s; this module puts the summary together and writes the tables.
+The reading (and the rows of absent results) is ``result_files``'s, the diagnosis and flags
+``diagnosis``'s, the points table (seeds and rounds pooled) ``point_table``'s (all three in
+``batchscope.report.summary``); this module puts the summary together and writes the tables.
 
 Command line (every path is explicit; the steps CSV sits next to each result JSON)::
 
-    python -m batchscope.report.aggregate --results a.json b.json ... \\
+    python -m batchscope.report.summary.aggregate --results a.json b.json ... \\
         --env results/env/environment.json \\
         --summary results/summary.csv --curves results/curves.csv \\
         [--by-point results/summary_by_point.csv] [--rounds results/rounds/*.json] \\
@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from batchscope.core import results
-from batchscope.report import diagnosis, point_table, result_files
-from batchscope.report.result_files import LATER_GRID_KEYS, POINT_COLUMNS, SORT_KEYS
+from batchscope.report.summary import diagnosis, point_table, result_files
+from batchscope.report.summary.result_files import LATER_GRID_KEYS, POINT_COLUMNS, SORT_KEYS
 
 #: The columns a reader looks at first, in this order; every other result key follows.
 FIRST_COLUMNS = (
@@ -142,7 +142,7 @@ def _frame_csv(frame: pd.DataFrame) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.aggregate",
+        prog="python -m batchscope.report.summary.aggregate",
         description="Gather per-run result JSONs (and their steps CSVs) into summary, "
         "points and curves CSVs.",
     )

@@ -13,9 +13,9 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from batchscope.report import result_files
 from batchscope.report.figures import placeholder_figure, subplots
-from batchscope.report.plots_panels import mark_failed, panels
+from batchscope.report.plots.panels import mark_failed, panels
+from batchscope.report.summary import result_files
 
 #: One panel per distinct value of these (the sequence length is each panel's hue).
 TOKEN_PANEL_KEYS = ["mode", "model", "dataset", "accumulation_steps"]

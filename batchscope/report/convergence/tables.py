@@ -1,7 +1,7 @@
 """The convergence report's tables: a model's training runs, one row per effective batch size,
 and the headline gradient noise scale.
 
-From the sweep's ``summary.csv`` (``batchscope.report.aggregate``): ``prepare`` makes the
+From the sweep's ``summary.csv`` (``batchscope.report.summary.aggregate``): ``prepare`` makes the
 numbers numeric and adds each run's effective batch size; ``chosen_workers`` picks the one
 DataLoader worker count a model's report uses; ``batch_table`` pools each effective batch size's
 seeds (steps, samples and seconds to the target with their 95% Student-t interval over the seeds
@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from batchscope.core.stats import finite, mean_ci
-from batchscope.report.convergence_fits import REGIMES, Knee
-from batchscope.report.result_files import with_grid_defaults
+from batchscope.report.convergence.fits import REGIMES, Knee
+from batchscope.report.summary.result_files import with_grid_defaults
 
 #: The quantities to the target, by the summary column that holds each.
 QUANTITIES = {"steps": "steps_to_target", "samples": "samples_to_target"}
@@ -247,7 +247,8 @@ class ModelReport:
     recommendation: str
     eval_every: float | None = None
     accumulation: int = 1  # micro-batches per update of every run in this report
-    #: train.predict: this model's rows of prediction.csv (batchscope.report.prediction)
+    #: train.predict: this model's rows of prediction.csv
+    #: (batchscope.report.convergence.prediction_table)
     prediction: pd.DataFrame | None = None
 
     @property

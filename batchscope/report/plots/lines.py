@@ -20,10 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from batchscope.core.stats import mean_ci
-from batchscope.report import answer as answer_module
-from batchscope.report import point_table, result_files
 from batchscope.report.figures import placeholder_figure, subplots
-from batchscope.report.plots_panels import (
+from batchscope.report.plots.panels import (
     NO_RUNS,
     NO_TRAIN_RUNS,
     PANEL_KEYS,
@@ -33,6 +31,8 @@ from batchscope.report.plots_panels import (
     panel_title,
     panels,
 )
+from batchscope.report.recommend import answer as answer_module
+from batchscope.report.summary import point_table, result_files
 
 #: Label of the vertical line at the largest-batch search's limit on the memory figure.
 LIMIT_LABEL = "largest batch that fits"

@@ -1,9 +1,9 @@
 """The convergence report's pages: ``convergence.md`` and ``convergence.html`` (the same
 content, built once as blocks), and ``convergence.json``, the same findings machine-readable for
-``batchscope.report.recommend --convergence`` (``write_findings`` says what it holds).
+``batchscope.report.recommend.build --convergence`` (``write_findings`` says what it holds).
 
 Per model: its introduction, the figures, the recommendation, the per-batch-size table and the
-notes on the critical batch size (``batchscope.report.convergence_notes`` writes the words); at
+notes on the critical batch size (``batchscope.report.convergence.notes`` writes the words); at
 the end, how to read it all. Plain pandas: no plotting, no torch.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import results
-from batchscope.report.convergence_figures import FIGURES_TEXT
-from batchscope.report.convergence_fits import Knee
-from batchscope.report.convergence_notes import (
+from batchscope.report.convergence.figures import FIGURES_TEXT
+from batchscope.report.convergence.fits import Knee
+from batchscope.report.convergence.notes import (
     HOW_TO_READ,
     critical_batch_notes,
     evidence_table,
@@ -28,7 +28,9 @@ from batchscope.report.convergence_notes import (
     position,
     position_text,
 )
-from batchscope.report.convergence_tables import (
+from batchscope.report.convergence.prediction_table import document_notes as prediction_notes
+from batchscope.report.convergence.prediction_table import document_table as prediction_table
+from batchscope.report.convergence.tables import (
     ModelReport,
     NoiseScale,
     candidates,
@@ -36,8 +38,6 @@ from batchscope.report.convergence_tables import (
     regime_groups,
 )
 from batchscope.report.documents import html_page, html_table, markdown_table
-from batchscope.report.prediction import document_notes as prediction_notes
-from batchscope.report.prediction import document_table as prediction_table
 
 #: File names of the documents and the findings.
 MARKDOWN = "convergence.md"

@@ -1,10 +1,10 @@
 """The configurations a recommendation compares: each (batch_size, num_workers) of a mode x
 model that ran ok, its seeds pooled, with its measured spread and diagnosis.
 
-Spread of a configuration, as a percentage of its throughput: with two or more seeds that ran
-ok, the half-width of the 95% Student-t confidence interval of the mean over seeds (from
-``batchscope.report.point_table.summarize_points``); with one, the interquartile range of its
-measurement windows' throughputs (``samples_per_s_iqr``) over their median (unknown with a
+Spread of a configuration, as a percentage of its throughput: with two or more seeds that ran ok,
+the half-width of the 95% Student-t confidence interval of the mean over seeds (from
+``batchscope.report.summary.point_table.summarize_points``); with one, the interquartile range of
+its measurement windows' throughputs (``samples_per_s_iqr``) over their median (unknown with a
 single window; results without it fall back to the step-time IQR over the median step time).
 
 Plain pandas: no plotting, no torch.
@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core.results import is_missing
-from batchscope.report import diagnosis, point_table, result_files
+from batchscope.report.summary import diagnosis, point_table, result_files
 
 #: Statuses of grid points that have no result at all (their job failed, or never ran).
 ABSENT_STATUSES = result_files.ABSENT_STATUSES

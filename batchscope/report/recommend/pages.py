@@ -15,8 +15,8 @@ import pandas as pd
 
 from batchscope.core.results import is_missing
 from batchscope.report.documents import html_page, html_table, markdown_table
-from batchscope.report.recommend_target import TIME_TO_TARGET
-from batchscope.report.recommend_text import ERROR_CHARS, short_error
+from batchscope.report.recommend.target import TIME_TO_TARGET
+from batchscope.report.recommend.text import ERROR_CHARS, short_error
 
 #: Evidence table columns, and how each value is printed.
 EVIDENCE_FORMATS = {

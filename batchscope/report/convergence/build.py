@@ -1,7 +1,7 @@
 """Convergence report: how many steps, samples and seconds each batch size needs to reach the
 training target, across seeds, and where the critical batch size lies.
 
-From the sweep's ``summary.csv`` and ``curves.csv`` (``batchscope.report.aggregate``), per
+From the sweep's ``summary.csv`` and ``curves.csv`` (``batchscope.report.summary.aggregate``), per
 model (training runs only, one DataLoader worker count: see ``chosen_workers``), this writes
 
 - ``convergence_steps.png``: steps to the target vs effective batch size on log-log axes, with
@@ -14,7 +14,7 @@ model (training runs only, one DataLoader worker count: see ``chosen_workers``),
   the regimes, the recommendation (the batch size with the lowest time to target) and how to
   read it all;
 - ``convergence.json``: the same findings, machine-readable (``write_findings``), for
-  ``batchscope.report.recommend --convergence``.
+  ``batchscope.report.recommend.build --convergence``.
 
 This module is the entry point: ``analyse`` puts a model's report together and ``write_all``
 writes it. The work lives in
@@ -27,7 +27,7 @@ writes it. The work lives in
 
 Command line::
 
-    python -m batchscope.report.convergence_report --summary results/summary.csv \\
+    python -m batchscope.report.convergence.build --summary results/summary.csv \\
         --curves results/curves.csv --outdir results/convergence
 
 These modules need pandas, NumPy, matplotlib and seaborn, never torch.
@@ -44,10 +44,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from batchscope.core import results
-from batchscope.report.convergence_figures import all_figures
-from batchscope.report.convergence_fits import fit_table, local_slopes, regime_of
-from batchscope.report.convergence_notes import recommend
-from batchscope.report.convergence_pages import (
+from batchscope.report.convergence.figures import all_figures
+from batchscope.report.convergence.fits import fit_table, local_slopes, regime_of
+from batchscope.report.convergence.notes import recommend
+from batchscope.report.convergence.pages import (
     FINDINGS,
     HTML,
     MARKDOWN,
@@ -55,7 +55,8 @@ from batchscope.report.convergence_pages import (
     render_markdown,
     write_findings,
 )
-from batchscope.report.convergence_tables import (
+from batchscope.report.convergence.prediction_table import best_line
+from batchscope.report.convergence.tables import (
     ModelReport,
     batch_table,
     chosen_workers,
@@ -66,7 +67,6 @@ from batchscope.report.convergence_tables import (
     target_of,
 )
 from batchscope.report.figures import save_png
-from batchscope.report.prediction import best_line
 
 
 def analyse(summary: pd.DataFrame, curves: pd.DataFrame | None = None) -> list[ModelReport]:
@@ -164,14 +164,14 @@ def full_length_runs(summary: pd.DataFrame, prediction: pd.DataFrame) -> pd.Data
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.convergence_report",
+        prog="python -m batchscope.report.convergence.build",
         description="Steps to target vs batch size, B_simple, the knee and a recommendation.",
     )
     parser.add_argument(
-        "--summary", required=True, help="summary CSV from batchscope.report.aggregate"
+        "--summary", required=True, help="summary CSV from batchscope.report.summary.aggregate"
     )
     parser.add_argument(
-        "--curves", required=True, help="curves CSV from batchscope.report.aggregate"
+        "--curves", required=True, help="curves CSV from batchscope.report.summary.aggregate"
     )
     parser.add_argument("--outdir", required=True, help="folder for the figures and documents")
     parser.add_argument("--prediction", help="prediction.csv (train.predict)")

@@ -4,7 +4,7 @@ worker count. Down and to the right is better on both counts; the points on the 
 edge are the trade-offs worth having.
 
 ``energy_figure`` returns None when no run measured energy: the recommendation then says why
-in words (``batchscope.report.objectives``) instead of drawing an empty figure.
+in words (``batchscope.report.recommend.objectives``) instead of drawing an empty figure.
 """
 
 from __future__ import annotations

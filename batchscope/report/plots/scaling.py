@@ -6,7 +6,7 @@ efficiency, throughput(N) / (N × throughput(1)), against the devices, one line 
 (per device) × workers, with the ideal (N × the one-device throughput; 1) dashed. Drawn from
 ``summary_by_point.csv`` only when the sweep has more than one devices value::
 
-    python -m batchscope.report.plots_scaling --by-point results/summary_by_point.csv \\
+    python -m batchscope.report.plots.scaling --by-point results/summary_by_point.csv \\
         --output results/plots/scaling.png
 """
 
@@ -20,8 +20,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
-from batchscope.report import result_files
 from batchscope.report.figures import placeholder_figure, save_png, subplots
+from batchscope.report.summary import result_files
 
 #: One pair of panels per distinct value of these.
 GROUP_KEYS = ["mode", "model", "dataset", "accumulation_steps"]
@@ -72,7 +72,7 @@ def scaling_figure(by_point: pd.DataFrame) -> Figure:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.plots_scaling", description=__doc__.split("\n")[0]
+        prog="python -m batchscope.report.plots.scaling", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--by-point", required=True, help="summary_by_point CSV")
     parser.add_argument("--output", required=True, help="the PNG")

@@ -1,4 +1,5 @@
-"""Figures of a sweep, from the summary and curves CSVs that ``batchscope.report.aggregate`` writes.
+"""Figures of a sweep, from the summary and curves CSVs that
+``batchscope.report.summary.aggregate`` writes.
 
 Each ``*_figure`` function takes DataFrames and returns a matplotlib Figure; ``main`` writes them
 all as PNGs with fixed names (``all_figures``). Failed grid points are drawn, not dropped: OOM is
@@ -24,8 +25,9 @@ This module is the entry point; the figures live in
 
 Command line::
 
-    python -m batchscope.report.plots --summary results/summary.csv --curves results/curves.csv \\
-        --outdir results/plots [--maxbatch results/maxbatch/train/small_cnn.json ...]
+    python -m batchscope.report.plots.build --summary results/summary.csv \\
+        --curves results/curves.csv --outdir results/plots \\
+        [--maxbatch results/maxbatch/train/small_cnn.json ...]
 
 ``--maxbatch`` takes the largest-batch search's outputs (``batchscope.bench.maxbatch``): the peak
 memory figure then marks the largest batch that fits and draws the search's trials.
@@ -44,16 +46,16 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from batchscope.core import outputs, results
-from batchscope.report import result_files
 from batchscope.report.figures import save_png
-from batchscope.report.plots_lines import (
+from batchscope.report.plots.breakdown import breakdown_figure, data_wait_figure
+from batchscope.report.plots.lines import (
     peak_memory_figure,
     throughput_figure,
     val_accuracy_figure,
 )
-from batchscope.report.plots_loss import loss_curves_figure
-from batchscope.report.plots_time import breakdown_figure, data_wait_figure
-from batchscope.report.plots_tokens import memory_tokens_figure
+from batchscope.report.plots.loss import loss_curves_figure
+from batchscope.report.plots.tokens import memory_tokens_figure
+from batchscope.report.summary import result_files
 
 
 def read_maxbatch(paths: Sequence[str | Path]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -92,13 +94,14 @@ def all_figures(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.plots", description="Draw the sweep's figures as PNGs."
+        prog="python -m batchscope.report.plots.build",
+        description="Draw the sweep's figures as PNGs.",
     )
     parser.add_argument(
-        "--summary", required=True, help="summary CSV from batchscope.report.aggregate"
+        "--summary", required=True, help="summary CSV from batchscope.report.summary.aggregate"
     )
     parser.add_argument(
-        "--curves", required=True, help="curves CSV from batchscope.report.aggregate"
+        "--curves", required=True, help="curves CSV from batchscope.report.summary.aggregate"
     )
     parser.add_argument("--outdir", required=True, help="folder for the PNGs")
     parser.add_argument(

@@ -16,8 +16,8 @@ import pandas as pd
 
 from batchscope.core import grid, pooled
 from batchscope.core.stats import mean_ci
-from batchscope.report.diagnosis import diagnose
-from batchscope.report.result_files import POINT_COLUMNS
+from batchscope.report.summary.diagnosis import diagnose
+from batchscope.report.summary.result_files import POINT_COLUMNS
 
 #: Points-table metrics given as mean and confidence interval over the ok seeds.
 CI_METRICS = ("samples_per_s", "tokens_per_s", "val_accuracy", "final_loss")

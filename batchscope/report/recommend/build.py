@@ -1,10 +1,10 @@
 """Turn the sweep's summary table into a recommendation, with its evidence.
 
 ``recommend`` takes, per mode x model, the (batch_size, num_workers) that
-``results/recommendation.json`` picks (``batchscope.report.answer``: compared across runs, each a
-fresh process), says what its verdict says of the others (separated, a tie and its rule, or too
-noisy), diagnoses it (input- or compute-bound, and which worker count removed an input stall),
-and lists what failed or is missing. ``render_markdown`` and ``render_html`` write the same
+``results/recommendation.json`` picks (``batchscope.report.recommend.answer``: compared across
+runs, each a fresh process), says what its verdict says of the others (separated, a tie and its
+rule, or too noisy), diagnoses it (input- or compute-bound, and which worker count removed an input
+stall), and lists what failed or is missing. ``render_markdown`` and ``render_html`` write the same
 content as a document (Markdown for people, standalone HTML for the Snakemake report).
 
 Spread of a configuration inside the notes, as a percentage of its throughput: with two or more
@@ -14,7 +14,7 @@ noisy point: no comparison between points uses it.
 
 Time to target: throughput is not the whole answer for training. Given the convergence
 report's findings (``convergence.json`` of
-``batchscope.report.convergence_report``, ``--convergence``),
+``batchscope.report.convergence.build``, ``--convergence``),
 each training recommendation also names the batch size with the lowest mean time to the
 training target and the learning rate it used, compares it with the throughput pick, and says
 where it sits relative to the gradient noise scale B_simple and the knee of the steps curve.
@@ -26,17 +26,18 @@ work lives in ``recommend_points`` (the configurations, seeds pooled, and their 
 
 Command line::
 
-    python -m batchscope.report.recommend --summary results/summary.csv \\
+    python -m batchscope.report.recommend.build --summary results/summary.csv \\
         --env results/env/environment.json \\
         --markdown results/recommendation.md --html results/recommendation.html \\
         [--convergence results/convergence/convergence.json] \\
         [--energy-plot results/plots/energy.png]
 
 Energy: each recommendation lists the answer per objective that ``recommendation.json`` gives
-(``batchscope.report.objectives``: fastest, least energy, the time/energy trade-off). Where any
-run measured energy, ``--energy-plot`` gets the figure of energy per sample against throughput
-(``batchscope.report.plots_energy``), which the HTML also embeds; where none did, no figure is
-written (an old one is removed) and the document says in one line why energy is unavailable.
+(``batchscope.report.recommend.objectives``: fastest, least energy, the time/energy trade-off).
+Where any run measured energy, ``--energy-plot`` gets the figure of energy per sample against
+throughput (``batchscope.report.plots.energy``), which the HTML also embeds; where none did, no
+figure is written (an old one is removed) and the document says in one line why energy is
+unavailable.
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import config, results, verdict
-from batchscope.report import answer as answer_module
-from batchscope.report import objectives, plots_energy, point_table
-from batchscope.report.recommend_pages import evidence, render_html, render_markdown
-from batchscope.report.recommend_points import (
+from batchscope.report.plots import energy as plots_energy
+from batchscope.report.recommend import answer as answer_module
+from batchscope.report.recommend import objectives
+from batchscope.report.recommend.pages import evidence, render_html, render_markdown
+from batchscope.report.recommend.points import (
     absent_points,
     env_mismatches,
     images_skipped,
@@ -66,8 +68,9 @@ from batchscope.report.recommend_points import (
     stall_fixes,
     worker_comparison,
 )
-from batchscope.report.recommend_target import time_to_target
-from batchscope.report.recommend_text import notes, sentence
+from batchscope.report.recommend.target import time_to_target
+from batchscope.report.recommend.text import notes, sentence
+from batchscope.report.summary import point_table
 
 #: One recommendation per distinct value of these (dataset is one per model in a usual sweep):
 #: with several ``accumulation_steps`` (a training axis) each value gets its own, as a plot gets
@@ -106,9 +109,9 @@ def recommend(
     report's findings, has the group: training only). ``document`` is where the text points for
     the convergence report.
 
-    ``answer`` is ``results/recommendation.json`` (``batchscope.report.answer``): its pick is
-    the recommended point (``best``) and its verdict (``verdict``: the answer's entry) what the
-    text says of the others; without it, the answer is computed from the summary the same way.
+    ``answer`` is ``results/recommendation.json`` (``batchscope.report.recommend.answer``): its
+    pick is the recommended point (``best``) and its verdict (``verdict``: the answer's entry) what
+    the text says of the others; without it, the answer is computed from the summary the same way.
     """
     if summary_df.empty:
         return []
@@ -205,21 +208,22 @@ def _best_accuracy(points: pd.DataFrame, best) -> dict[str, Any] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.recommend",
+        prog="python -m batchscope.report.recommend.build",
         description="Recommend a batch size and worker count from the sweep's summary.",
     )
     parser.add_argument(
-        "--summary", required=True, help="summary CSV from batchscope.report.aggregate"
+        "--summary", required=True, help="summary CSV from batchscope.report.summary.aggregate"
     )
     parser.add_argument("--env", required=True, help="captured environment JSON")
     parser.add_argument(
-        "--answer", help="results/recommendation.json (batchscope.report.answer): the pick"
+        "--answer",
+        help="results/recommendation.json (batchscope.report.recommend.answer): the pick",
     )
     parser.add_argument("--markdown", required=True, help="output Markdown file")
     parser.add_argument("--html", required=True, help="output HTML file")
     parser.add_argument(
         "--convergence",
-        help="convergence.json of batchscope.report.convergence_report: adds, per training group, "
+        help="convergence.json of batchscope.report.convergence.build: adds, per training group, "
         "the batch size with the lowest time to the target",
     )
     parser.add_argument(
