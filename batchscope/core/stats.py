@@ -37,6 +37,16 @@ def mean_ci(values: Iterable[Any], confidence: float = 0.95) -> tuple[float, flo
     return mean, mean - half, mean + half
 
 
+def log_mean_ci(values: Iterable[Any], confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(geometric mean, low, high)`` of the positive finite numbers among ``values``: the
+    Student-t interval of :func:`mean_ci` taken on their logarithms and mapped back, so that an
+    interval of a duration never reaches below zero and is as wide in ratio on either side.
+    Zero, negative and non-finite values are left out."""
+    logs = [math.log(v) for v in finite(values) if v > 0]
+    mean, low, high = mean_ci(logs, confidence)
+    return tuple(math.exp(x) if math.isfinite(x) else math.nan for x in (mean, low, high))
+
+
 def finite(values: Iterable[Any]) -> np.ndarray:
     """The values that are finite numbers, as floats, in order."""
     numbers = []

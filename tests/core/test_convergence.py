@@ -5,7 +5,7 @@ import pytest
 
 from batchscope.core import convergence as cv
 from batchscope.core import schedules
-from batchscope.core.stats import mean_ci
+from batchscope.core.stats import log_mean_ci, mean_ci
 
 # ---------------------------------------------------------------- learning-rate scaling
 
@@ -160,6 +160,21 @@ def test_mean_ci_half_width_uses_the_tabled_t():
         half = t * float(np.std(values, ddof=1)) / math.sqrt(df + 1)
         assert (high - low) / 2 == pytest.approx(half, rel=2e-4)
         assert mean == pytest.approx(float(np.mean(values)))
+
+
+def test_log_mean_ci_is_the_t_interval_of_the_logs_and_stays_above_zero():
+    """Seconds to a target of 5, 20 and 50 s: on the seconds the interval reaches below zero; on
+    their logarithms it is the geometric mean times/divided by one factor, t from printed tables."""
+    values = [5.0, 20.0, 50.0]
+    assert mean_ci(values)[1] < 0
+    logs = np.log(values)
+    half = 4.303 * float(np.std(logs, ddof=1)) / math.sqrt(3)
+    centre, low, high = log_mean_ci([*values, 0.0, -1.0, np.nan])  # non-positive: left out
+    assert centre == pytest.approx(math.exp(logs.mean()))
+    factor = math.exp(half)
+    assert (low, high) == pytest.approx((centre / factor, centre * factor), rel=1e-3)
+    assert low > 0 and low < centre < high
+    assert math.isnan(log_mean_ci([3.0])[1]) and log_mean_ci([3.0])[0] == pytest.approx(3.0)
 
 
 def _reached(steps):

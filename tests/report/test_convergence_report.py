@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from batchscope.core.config import check, load_schema
-from batchscope.core.stats import mean_ci
+from batchscope.core.stats import log_mean_ci, mean_ci
 from batchscope.report.convergence import build as cr
 from batchscope.report.convergence import figures as figs
 from batchscope.report.convergence import fits, pages, tables
@@ -153,6 +153,17 @@ def test_table_intervals_counts_and_lr():
     # OOM seeds are counted as failures of their batch size
     assert table.at[512, "n_failed"] == 3 and table.at[512, "n_reached"] == 0
     assert table.at[512, "failures"] == "0:oom;1:oom;2:oom"
+
+
+def test_the_seconds_interval_is_taken_on_log_seconds_and_never_reaches_below_zero():
+    # seconds spread as a noisy machine spreads them: on the seconds, 25 s [-11, 61]
+    summary = _with_seconds(sweep(), {32: [8.0, 16.0, 51.0]})
+    row = cr.analyse(summary)[0].table.set_index("batch").loc[32]
+    logs = np.log([8.0, 16.0, 51.0])
+    half = T_2 * np.std(logs, ddof=1) / math.sqrt(3)
+    assert row["seconds_mean"] == pytest.approx(math.exp(logs.mean()))
+    assert row["seconds_low"] == pytest.approx(math.exp(logs.mean() - half))
+    assert 0 < row["seconds_low"] < row["seconds_mean"] < row["seconds_high"]
 
 
 # --- the knee --------------------------------------------------------------------------------
@@ -476,7 +487,8 @@ def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
     ok = summary[summary["status"] == "ok"]
     every = ok.groupby("batch_size")["target_reached"].all()
     seconds = ok[ok["batch_size"].isin(every[every].index)].groupby("batch_size")
-    expected = int(seconds["seconds_to_target"].mean().idxmin())
+    # seconds pooled on their logarithms (the geometric mean)
+    expected = int(seconds["seconds_to_target"].apply(lambda s: np.log(s).mean()).idxmin())
     best = group["best"]
     assert best["batch_size"] == expected
     assert group["candidates"] == sorted(int(b) for b in every[every].index)
@@ -487,7 +499,8 @@ def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
     assert rows[expected][1] == f"{best['lr']:.4g}"
     assert (best["micro_batch_size"], best["accumulation_steps"]) == (expected, 1)
     for quantity in ("seconds", "steps", "samples"):
-        mean, low, high = mean_ci(at_best[f"{quantity}_to_target"])
+        interval = log_mean_ci if quantity == "seconds" else mean_ci
+        mean, low, high = interval(at_best[f"{quantity}_to_target"])
         found = best[f"{quantity}_to_target"]
         assert (found["mean"], found["low"], found["high"]) == pytest.approx((mean, low, high))
     assert rows[expected][5].startswith(f"{best['seconds_to_target']['mean']:.1f} [")

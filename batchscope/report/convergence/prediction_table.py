@@ -42,7 +42,7 @@ import pandas as pd
 
 from batchscope.core import prediction as core
 from batchscope.core import results
-from batchscope.core.stats import mean_ci
+from batchscope.core.stats import log_mean_ci
 from batchscope.report.convergence.tables import chosen_workers, prepare
 from batchscope.report.figures import save_png
 
@@ -139,13 +139,13 @@ def _speeds(runs: pd.DataFrame) -> list[float]:
 
 
 def _measured(frame: pd.DataFrame) -> dict[int, dict[str, float]]:
-    """Per effective batch size whose seeds all reached the target: mean steps and seconds to
-    it, and the seconds' Student-t 95% interval."""
+    """Per effective batch size whose seeds all reached the target: the mean steps to it, and
+    the seconds' geometric mean and Student-t 95% interval on log seconds."""
     out = {}
     for batch, group in frame.groupby("batch"):
         if group.empty or not (group["reached"] & (group["status"] == "ok")).all():
             continue
-        mean, low, high = mean_ci(group["seconds_to_target"].dropna())
+        mean, low, high = log_mean_ci(group["seconds_to_target"].dropna())
         out[int(batch)] = {
             "measured_steps_to_target": float(group["steps_to_target"].mean()),
             "measured_seconds_to_target": mean,

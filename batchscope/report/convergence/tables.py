@@ -5,7 +5,8 @@ From the sweep's ``summary.csv`` (``batchscope.report.summary.aggregate``): ``pr
 numbers numeric and adds each run's effective batch size; ``chosen_workers`` picks the one
 DataLoader worker count a model's report uses; ``batch_table`` pools each effective batch size's
 seeds (steps, samples and seconds to the target with their 95% Student-t interval over the seeds
-that reached it, ``batchscope.core.stats.mean_ci``); ``noise_scale`` sums up B_simple.
+that reached it, ``batchscope.core.stats.mean_ci``; seconds on their logarithms,
+``log_mean_ci``: the geometric mean, an interval above zero); ``noise_scale`` sums up B_simple.
 ``ModelReport`` holds one model's analysis, which the figures, the words and the findings read;
 ``run_curves`` picks the per-step rows of its runs from ``curves.csv``.
 
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from batchscope.core.stats import finite, mean_ci
+from batchscope.core.stats import finite, log_mean_ci, mean_ci
 from batchscope.report.convergence.fits import REGIMES, Knee
 from batchscope.report.summary.result_files import with_grid_defaults
 
@@ -143,7 +144,9 @@ def _to_target(group: pd.DataFrame) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for quantity, column in QUANTITIES.items():
         values = reached[column] if column in reached else pd.Series(dtype=float)
-        mean, low, high = mean_ci(values)
+        # durations carry the machine's run-to-run ratio noise: their interval on log seconds
+        interval = log_mean_ci if quantity == "seconds" else mean_ci
+        mean, low, high = interval(values)
         row.update({f"{quantity}_mean": mean, f"{quantity}_low": low, f"{quantity}_high": high})
         row[f"{quantity}_values"] = tuple(finite(values).tolist())
     row["budget_steps"] = tuple(finite(ok[~ok["reached"]].get("steps_run", [])).tolist())
