@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from batchscope.bench.models import logits_of
+from batchscope.core.models import LOSSES
 
-#: The losses named in the config; anything else is ``file.py:function``.
-NAMED = ("auto", "cross_entropy", "mse", "model")
+#: The losses named in the config (the core's list); anything else is ``file.py:function``.
+NAMED = LOSSES
 
 
 class LossError(ValueError):

@@ -21,7 +21,7 @@ import jsonschema
 import yaml
 from jsonschema.exceptions import best_match
 
-from batchscope.core import datasets, model_inputs
+from batchscope.core import datasets, grid, model_inputs
 from batchscope.core import models as model_names
 
 #: The contract: the config's JSON Schema, with every key's default (in this checkout).
@@ -237,7 +237,7 @@ def _check_rounds(config: Mapping[str, Any]) -> None:
 def _check_warmup(config: Mapping[str, Any]) -> None:
     """Every run keeps a step to measure after its warm-up."""
     warmup = config["measure"]["warmup_steps"]
-    for mode in ("train", "infer"):
+    for mode in grid.MODES:
         cap = config.get(mode, {}).get("max_steps")
         if cap is not None and cap <= warmup:
             raise ConfigError(

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+#: The ``modes`` a sweep measures (the grid point's ``mode``).
+MODES = ("train", "infer")
+
 
 class GridPoint(NamedTuple):
     """One point of the grid. A tuple, so it sorts, hashes and writes as before; its fields are

@@ -11,6 +11,9 @@ import functools
 import random
 from collections.abc import Iterable
 
+#: ``sweep.strategy``: the race (points that are shown slower stop) or every point every round.
+STRATEGIES = ("race", "full")
+
 
 def job_order(jobs: Iterable[tuple], order_seed: int, round_: int) -> list[tuple]:
     """The jobs of a round (any hashable, sortable keys) in a shuffled order that depends only on

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from batchscope.core import datasets, models, paths, results
+from batchscope.core.grid import MODES
 from batchscope.core.models import ModelSpec
 
 #: What a job measures: a grid point, the compute-only ceiling of one, or one trial of the
@@ -200,7 +201,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise SpecError(f"spec kind {self.kind!r}: expected one of {', '.join(KINDS)}")
-        if self.mode not in ("train", "infer"):
+        if self.mode not in MODES:
             raise SpecError(f"spec mode {self.mode!r}: expected train or infer")
         if (self.train is None) != (self.mode == "infer"):
             raise SpecError("spec train: needed for mode train, and only for it")

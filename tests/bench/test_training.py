@@ -8,7 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from batchscope.bench import training
+from batchscope.bench.steps import PRECISIONS, make_optimizer
+from batchscope.core import config as config_module
 from batchscope.core import schedules
+from tests.factories import make_spec
 
 
 @pytest.mark.parametrize("decay", schedules.DECAYS)
@@ -203,3 +206,17 @@ def test_gradient_sq_norms_hold_train_mode_batchnorm_at_the_whole_batch_statisti
     assert "forward" not in model[1].__dict__
     model.zero_grad(set_to_none=True)
     assert _sq_norms_direct(model, x, y, 4)[0] != pytest.approx(expected[0], rel=1e-3)
+
+
+_SETTINGS = config_module.load_schema(config_module.SCHEMA_PATH)["properties"]
+
+
+@pytest.mark.parametrize("name", _SETTINGS["train"]["properties"]["optimizer"]["enum"])
+def test_every_optimizer_the_schema_offers_is_built(name):
+    model = torch.nn.Linear(2, 2)
+    optimizer = make_optimizer(model, make_spec(train={"optimizer": name}), lr=0.1)
+    assert type(optimizer).__name__.lower() == name
+
+
+def test_the_precisions_the_schema_offers_are_the_ones_the_steps_know():
+    assert list(_SETTINGS["compute"]["properties"]["precision"]["enum"]) == list(PRECISIONS)

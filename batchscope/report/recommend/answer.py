@@ -31,7 +31,7 @@ from typing import Any
 import jsonschema
 import pandas as pd
 
-from batchscope.core import config, paths, recommendation, results, verdict
+from batchscope.core import config, paths, recommendation, results, rounds, verdict
 from batchscope.report.recommend import objectives
 from batchscope.report.summary.result_files import with_grid_defaults
 
@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--by-point", required=True, help="summary_by_point CSV")
     parser.add_argument("--level", type=float, required=True, help="sweep.level")
     parser.add_argument("--margin", type=float, required=True, help="sweep.margin")
-    parser.add_argument("--strategy", choices=("race", "full"), required=True)
+    parser.add_argument("--strategy", choices=rounds.STRATEGIES, required=True)
     parser.add_argument("--rounds", type=int, required=True, help="measure.rounds")
     parser.add_argument("--max-rounds", type=int, required=True, help="sweep.max_rounds")
     parser.add_argument(

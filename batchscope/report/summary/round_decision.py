@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchscope.core import grid, results, verdict
+from batchscope.core import grid, results, rounds, verdict
 
 
 @dataclass
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__.split("\n")[0],
     )
     parser.add_argument("--round", type=int, required=True, help="the round just finished")
-    parser.add_argument("--strategy", choices=("race", "full"), required=True)
+    parser.add_argument("--strategy", choices=rounds.STRATEGIES, required=True)
     parser.add_argument("--level", type=float, required=True, help="sweep.level")
     parser.add_argument("--margin", type=float, required=True, help="sweep.margin")
     parser.add_argument("--rounds", type=int, required=True, help="measure.rounds")
