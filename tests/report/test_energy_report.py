@@ -114,7 +114,8 @@ def test_without_energy_no_figure_and_one_line_why(tmp_path):
     stale.parent.mkdir()
     stale.write_bytes(b"an earlier sweep's figure")
     plot, markdown, page = _recommend(tmp_path, _summary())
-    assert not plot.exists()
+    # the declared file is this sweep's: a figure that says why, shown by neither document
+    assert plot.read_bytes().startswith(b"\x89PNG")
     why = "Energy was not measured: unavailable: no RAPL energy counter (no powercap)."
-    assert why in markdown and "<img" not in page
+    assert why in markdown and "<img" not in page and "energy.png" not in markdown
     assert "Least energy" not in markdown

@@ -10,39 +10,25 @@ rule convergence_report:
         curves="results/curves.csv",
         prediction=lambda wildcards: PREDICTION[0] if PREDICT else [],
     output:
-        steps=report(
-            "results/convergence/convergence_steps.png",
-            caption="../report/convergence_steps.rst",
-            category="Convergence",
-            labels={"figure": "steps to target vs batch size"},
-        ),
-        loss_samples=report(
-            "results/convergence/convergence_loss_samples.png",
-            caption="../report/convergence_loss_samples.rst",
-            category="Convergence",
-            labels={"figure": "loss vs samples seen"},
-        ),
-        loss_time=report(
-            "results/convergence/convergence_loss_time.png",
-            caption="../report/convergence_loss_time.rst",
-            category="Convergence",
-            labels={"figure": "loss vs seconds"},
-        ),
-        noise_scale=report(
-            "results/convergence/convergence_noise_scale.png",
-            caption="../report/convergence_noise_scale.rst",
-            category="Convergence",
-            labels={"figure": "B_simple over training"},
-        ),
-        markdown="results/convergence/convergence.md",
+        # every figure of batchscope.core.outputs.CONVERGENCE_FIGURES, captioned
+        **{
+            figure.name: report(
+                figure.path,
+                caption=figure.caption,
+                category=figure.category,
+                labels={"figure": figure.label},
+            )
+            for figure in outputs.CONVERGENCE_FIGURES
+        },
+        markdown=outputs.CONVERGENCE_MARKDOWN,
         html=report(
-            "results/convergence/convergence.html",
+            outputs.CONVERGENCE_HTML,
             caption="../report/convergence_document.rst",
             category="Convergence",
             labels={"document": "convergence report"},
         ),
         # the same findings, machine-readable: the recommendation's time-to-target part
-        findings="results/convergence/convergence.json",
+        findings=outputs.CONVERGENCE_FINDINGS,
     log:
         "logs/convergence_report.log",
     benchmark:

@@ -220,21 +220,14 @@ def maxbatch_results(wildcards=None):
 
 def plot_files():
     """The figures; with more than one `devices` value, the scaling with devices too."""
-    scaling = [f"{outputs.PLOT_DIR}/scaling.png"] if len(config["devices"]) > 1 else []
+    scaling = [outputs.SCALING.path] if len(config["devices"]) > 1 else []
     return [figure.path for figure in outputs.plots(TOKENS)] + scaling
 
 
-CONVERGENCE = [
-    f"results/convergence/{name}"
-    for name in (
-        "convergence_steps.png",
-        "convergence_loss_samples.png",
-        "convergence_loss_time.png",
-        "convergence_noise_scale.png",
-        "convergence.md",
-        "convergence.html",
-        "convergence.json",
-    )
+CONVERGENCE = [figure.path for figure in outputs.CONVERGENCE_FIGURES] + [
+    outputs.CONVERGENCE_MARKDOWN,
+    outputs.CONVERGENCE_HTML,
+    outputs.CONVERGENCE_FINDINGS,
 ]
 
 

@@ -60,10 +60,10 @@ rule scaling_plot:
         by_point="results/summary_by_point.csv",
     output:
         report(
-            "results/plots/scaling.png",
-            caption="../report/scaling.rst",
-            category="Throughput",
-            labels={"figure": "scaling with devices"},
+            outputs.SCALING.path,
+            caption=outputs.SCALING.caption,
+            category=outputs.SCALING.category,
+            labels={"figure": outputs.SCALING.label},
         ),
     log:
         "logs/scaling_plot.log",
@@ -116,6 +116,12 @@ rule recommend:
             category="Recommendation",
             labels={"document": "recommendation"},
         ),
+        energy=report(
+            outputs.ENERGY.path,
+            caption=outputs.ENERGY.caption,
+            category=outputs.ENERGY.category,
+            labels={"figure": outputs.ENERGY.label},
+        ),
     log:
         "logs/recommend.log",
     benchmark:
@@ -129,5 +135,5 @@ rule recommend:
     shell:
         "python -m batchscope.report.recommend.build --summary {input.summary:q} --env {input.env:q}"
         " --answer {input.answer:q} --markdown {output.markdown:q} --html {output.html:q} {params.convergence:q}"
-        " --energy-plot results/plots/energy.png"
+        " --energy-plot {output.energy:q}"
         " > {log:q} 2>&1"

@@ -26,16 +26,16 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from batchscope.core import outputs
 from batchscope.report import figures
 from batchscope.report.convergence.fits import REGIME_FACTOR, REGIMES, Knee, noise_history
 from batchscope.report.convergence.tables import ModelReport, NoiseScale, run_curves
 from batchscope.report.documents import samples_text
 
-#: File names of the figures (``all_figures``' keys).
-STEPS_PNG = "convergence_steps.png"
-LOSS_SAMPLES_PNG = "convergence_loss_samples.png"
-LOSS_TIME_PNG = "convergence_loss_time.png"
-NOISE_PNG = "convergence_noise_scale.png"
+#: File names of the figures (``all_figures``' keys), from the table of outputs.
+STEPS_PNG, LOSS_SAMPLES_PNG, LOSS_TIME_PNG, NOISE_PNG = (
+    figure.file for figure in outputs.CONVERGENCE_FIGURES
+)
 
 #: The figures, as the document lists them.
 FIGURES_TEXT = (

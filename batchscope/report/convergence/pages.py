@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from batchscope.core import results
+from batchscope.core import outputs, results
 from batchscope.report.convergence.figures import FIGURES_TEXT
 from batchscope.report.convergence.fits import Knee
 from batchscope.report.convergence.notes import (
@@ -39,10 +40,15 @@ from batchscope.report.convergence.tables import (
 )
 from batchscope.report.documents import html_page, html_table, markdown_table
 
-#: File names of the documents and the findings.
-MARKDOWN = "convergence.md"
-HTML = "convergence.html"
-FINDINGS = "convergence.json"
+#: File names of the documents and the findings (the table of outputs has their paths).
+MARKDOWN, HTML, FINDINGS = (
+    os.path.basename(path)
+    for path in (
+        outputs.CONVERGENCE_MARKDOWN,
+        outputs.CONVERGENCE_HTML,
+        outputs.CONVERGENCE_FINDINGS,
+    )
+)
 
 #: Bumped whenever a key of ``convergence.json`` changes meaning.
 FINDINGS_VERSION = 1

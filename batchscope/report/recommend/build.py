@@ -35,9 +35,9 @@ Command line::
 Energy: each recommendation lists the answer per objective that ``recommendation.json`` gives
 (``batchscope.report.recommend.objectives``: fastest, least energy, the time/energy trade-off).
 Where any run measured energy, ``--energy-plot`` gets the figure of energy per sample against
-throughput (``batchscope.report.plots.energy``), which the HTML also embeds; where none did, no
-figure is written (an old one is removed) and the document says in one line why energy is
-unavailable.
+throughput (``batchscope.report.recommend.energy_plot``), which the HTML also embeds; where none
+did, the document says in one line why energy is unavailable, and the figure (a file the rule
+declares) says the same.
 """
 
 from __future__ import annotations
@@ -52,9 +52,8 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import config, results, verdict
-from batchscope.report.plots import energy as plots_energy
 from batchscope.report.recommend import answer as answer_module
-from batchscope.report.recommend import objectives
+from batchscope.report.recommend import energy_plot, objectives
 from batchscope.report.recommend.pages import evidence, render_html, render_markdown
 from batchscope.report.recommend.points import (
     absent_points,
@@ -249,20 +248,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def energy_section(summary: pd.DataFrame, plot: str | None, base: Path) -> dict[str, Any]:
     """What the documents say of energy: the figure (written to ``plot``, its path relative to
-    ``base`` for the Markdown, a data URI for the HTML), or why there is none."""
-    figure = plots_energy.energy_figure(summary)
+    ``base`` for the Markdown, a data URI for the HTML), or why there is none (and ``plot``
+    a figure that says so, which the documents do not show: the rule declares the file)."""
+    from batchscope.report.figures import placeholder_figure, save_png
+
+    figure = energy_plot.energy_figure(summary)
     if figure is None:
-        if plot is not None:
-            Path(plot).unlink(missing_ok=True)  # a figure from an earlier sweep is not this one's
         ok = summary[summary["status"] == "ok"] if "status" in summary else summary
-        return {"unavailable": objectives.unavailable_reason(ok), "path": None, "uri": None}
+        why = objectives.unavailable_reason(ok)
+        if plot is not None:  # replaces a figure from an earlier sweep, which is not this one's
+            save_png(placeholder_figure(f"Energy was not measured: {why}", wrap=True), plot)
+        return {"unavailable": why, "path": None, "uri": None}
     path = None
     if plot is not None:
-        from batchscope.report.figures import save_png
-
         save_png(figure, plot)
         path = os.path.relpath(plot, base)
-    return {"unavailable": None, "path": path, "uri": plots_energy.png_data_uri(figure)}
+    return {"unavailable": None, "path": path, "uri": energy_plot.png_data_uri(figure)}
 
 
 if __name__ == "__main__":
