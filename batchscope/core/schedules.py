@@ -22,8 +22,9 @@ DECAYS = ("constant", "cosine")
 DEFAULT_WARMUP_START_FRACTION = 0.1
 
 
-def scaled_lr(base_lr: float, base_batch_size: int, batch_size: int, rule: str) -> float:
-    """The learning rate for ``batch_size`` given one tuned at ``base_batch_size``.
+def scaled_lr(base_lr: float, base_batch_size: int, global_batch_size: int, rule: str) -> float:
+    """The learning rate for a global batch (the samples of one update over every device and
+    micro-batch: ``RunSpec.global_batch_size``) given one tuned at ``base_batch_size``.
 
     ``none``: lr = base_lr. ``linear`` (Goyal et al. 2017, for SGD): lr = base_lr · B/B0.
     ``sqrt`` (for Adam-type optimizers, whose update noise scales with the square root):
@@ -31,12 +32,12 @@ def scaled_lr(base_lr: float, base_batch_size: int, batch_size: int, rule: str) 
     """
     if rule not in LR_RULES:
         raise ValueError(f"unknown lr scaling rule {rule!r}; expected one of {', '.join(LR_RULES)}")
-    if base_lr <= 0 or base_batch_size < 1 or batch_size < 1:
+    if base_lr <= 0 or base_batch_size < 1 or global_batch_size < 1:
         raise ValueError(
             f"lr scaling needs base_lr > 0 and batch sizes >= 1, got base_lr={base_lr}, "
-            f"base_batch_size={base_batch_size}, batch_size={batch_size}"
+            f"base_batch_size={base_batch_size}, global_batch_size={global_batch_size}"
         )
-    ratio = batch_size / base_batch_size
+    ratio = global_batch_size / base_batch_size
     if rule == "linear":
         return base_lr * ratio
     if rule == "sqrt":
