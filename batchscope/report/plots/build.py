@@ -54,7 +54,7 @@ from batchscope.report.plots.lines import (
     val_accuracy_figure,
 )
 from batchscope.report.plots.loss import loss_curves_figure
-from batchscope.report.plots.tokens import memory_tokens_figure
+from batchscope.report.plots.memory_tokens import memory_tokens_figure
 from batchscope.report.summary import result_files
 
 

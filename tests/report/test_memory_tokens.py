@@ -4,7 +4,7 @@ import pandas as pd
 
 from batchscope.core import results
 from batchscope.report.plots import build
-from batchscope.report.plots.tokens import memory_tokens_figure
+from batchscope.report.plots.memory_tokens import memory_tokens_figure
 from tests.factories import fake_result
 
 
