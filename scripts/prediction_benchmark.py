@@ -56,7 +56,7 @@ from batchscope.core.prediction import STRATEGIES  # noqa: E402
 from batchscope.report.convergence.prediction_table import predict_frame  # noqa: E402
 
 COLUMNS = [
-    "batch_size",
+    "effective_batch_size",
     "calibration",
     "predicted_steps_to_target",
     "measured_steps_to_target",
@@ -101,7 +101,7 @@ def emulated_cost(
     first ``predict_steps`` updates (wall_s in proportion)."""
     train = train_runs(summary)
     cal = table[table["calibration"].astype(bool)]
-    calibration = set(zip(cal["model"], cal["batch_size"].astype(int), strict=True))
+    calibration = set(zip(cal["model"], cal["effective_batch_size"].astype(int), strict=True))
     full = [(m, int(b)) in calibration for m, b in zip(train["model"], train["batch"], strict=True)]
     wall = pd.to_numeric(train["wall_s"], errors="coerce")
     steps = pd.to_numeric(train["steps_run"], errors="coerce")
@@ -138,11 +138,11 @@ def compare(rows: pd.DataFrame) -> dict:
     if both.empty:
         return out
     best_m = both.loc[both["measured_seconds_to_target"].idxmin()]
-    out["measured_best"] = int(best_m["batch_size"])
+    out["measured_best"] = int(best_m["effective_batch_size"])
     pred = rows[rows["predicted_best"].astype(str).str.lower() == "true"]
     if not pred.empty:
-        b = int(pred.iloc[0]["batch_size"])
-        m = both[both["batch_size"] == b]
+        b = int(pred.iloc[0]["effective_batch_size"])
+        m = both[both["effective_batch_size"] == b]
         at = float(m["measured_seconds_to_target"].iloc[0]) if len(m) else np.nan
         low, high = best_m["measured_seconds_low"], best_m["measured_seconds_high"]
         out["predicted_best"] = b

@@ -490,14 +490,15 @@ def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
     # seconds pooled on their logarithms (the geometric mean)
     expected = int(seconds["seconds_to_target"].apply(lambda s: np.log(s).mean()).idxmin())
     best = group["best"]
-    assert best["batch_size"] == expected
+    assert best["effective_batch_size"] == expected
     assert group["candidates"] == sorted(int(b) for b in every[every].index)
     starred = [b for b, cells in rows.items() if cells[0].endswith("★")]
     assert starred == [expected]  # the markdown's ★ is the same batch size
     at_best = summary[summary["batch_size"] == expected]
     assert best["lr"] == pytest.approx(at_best["lr"].iloc[0])
     assert rows[expected][1] == f"{best['lr']:.4g}"
-    assert (best["micro_batch_size"], best["accumulation_steps"]) == (expected, 1)
+    # no accumulation: the micro-batch is the effective batch
+    assert (best["batch_size"], best["accumulation_steps"]) == (expected, 1)
     for quantity in ("seconds", "steps", "samples"):
         interval = log_mean_ci if quantity == "seconds" else mean_ci
         mean, low, high = interval(at_best[f"{quantity}_to_target"])
@@ -533,12 +534,12 @@ def test_cli_writes_findings_that_agree_with_the_markdown(tmp_path):
     assert group["never_reached"] == [512]  # all three seeds OOM
     assert group["partly_reached"] == [256]
     assert rows[256][2] == "2/3"
-    by_batch = {entry["batch_size"]: entry for entry in group["batches"]}
+    by_batch = {entry["effective_batch_size"]: entry for entry in group["batches"]}
     assert by_batch[512]["failures"] == "0:oom;1:oom;2:oom" and by_batch[512]["lr"] is None
     assert by_batch[256]["budget_steps"] == [200.0]
     # the throughput pick, which the recommendation compares with
     fastest = int(ok.groupby("batch_size")["samples_per_s"].mean().idxmax())
-    assert group["highest_throughput"]["batch_size"] == fastest != expected
+    assert group["highest_throughput"]["effective_batch_size"] == fastest != expected
     assert f"highest throughput is at batch size {fastest}" in markdown
 
 
@@ -555,9 +556,11 @@ def test_accumulated_runs_get_their_own_report_and_findings():
         b["n_seeds"] for b in plain_found["batches"]
     ]
     best = found["best"]
-    assert best["batch_size"] == plain_found["best"]["batch_size"]
-    assert (best["micro_batch_size"], best["accumulation_steps"]) == (best["batch_size"] // 2, 2)
-    assert f"({best['micro_batch_size']} × 2 accumulated)" in reports[1].recommendation
+    effective = best["effective_batch_size"]
+    assert effective == plain_found["best"]["effective_batch_size"]
+    # batch_size is the micro-batch, as in the summary and every run's spec
+    assert (best["batch_size"], best["accumulation_steps"]) == (effective // 2, 2)
+    assert f"({best['batch_size']} × 2 accumulated)" in reports[1].recommendation
 
 
 def test_findings_without_a_batch_size_reaching_the_target(tmp_path):

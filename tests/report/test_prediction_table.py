@@ -34,7 +34,7 @@ def _sweep(big_steps=(60, 64, 62), batchnorm=0):
 
 
 def test_predicts_every_batch_size_from_the_two_calibration_sizes():
-    table = predict_frame(_sweep(), **TWO_POINT).set_index("batch_size")
+    table = predict_frame(_sweep(), **TWO_POINT).set_index("effective_batch_size")
     assert table["calibration"].tolist() == [True, False, False, True]
     assert table["note"].str.startswith("no prediction").sum() == 0
     # measured only where runs went to the target: the short runs stop before it
@@ -64,7 +64,9 @@ def test_another_sweeps_measured_runs_fill_every_batch_size():
         [_run(b, s, steps=st) for b, st in ((16, 400), (32, 220), (64, 130), (256, 60))
          for s in range(2)]
     )  # fmt: skip
-    table = predict_frame(_sweep(), measured=measured, **TWO_POINT).set_index("batch_size")
+    table = predict_frame(_sweep(), measured=measured, **TWO_POINT).set_index(
+        "effective_batch_size"
+    )
     assert table.loc[64, "measured_steps_to_target"] == pytest.approx(130)
 
 
@@ -91,7 +93,7 @@ def _noise_sweep():
 def test_noise_scale_calibration_runs_one_size_and_takes_b_noise_from_the_short_runs():
     sweep = _noise_sweep()
     table = predict_frame(sweep, _noise_curves(sweep, 48.0), **NOISE_SCALE)
-    table = table.set_index("batch_size")
+    table = table.set_index("effective_batch_size")
     assert table["calibration"].tolist() == [False, False, True, False]
     assert table["b_noise"].iloc[0] == pytest.approx(48.0)
     assert table["s_min"].iloc[0] == pytest.approx(155.0 / (1 + 48.0 / 64))

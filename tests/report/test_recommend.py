@@ -628,3 +628,41 @@ def test_a_point_of_several_runs_has_its_spread_said_once_by_the_verdict_not_ove
     text = " ".join([rec["recommendation"], *rec["notes"]])
     assert "run-to-run CV" in text
     assert "over seeds" not in text and "Its spread" not in text
+
+
+def test_convergence_findings_of_version_1_read_as_version_2(tmp_path):
+    """Version 1 of convergence.json had batch_size (effective) and micro_batch_size; a file
+    kept from then gives the same time-to-target text as the current version."""
+    summary = convergence_sweep(lambda b: 0.01 + 0.0005 * b)
+    # every effective batch made of two micro-batches
+    summary = summary.assign(batch_size=summary["batch_size"] // 2, accumulation_steps=2)
+    argv, findings = write_inputs(tmp_path, summary)
+    assert recommend.main([*argv, "--convergence", str(findings)]) == 0
+    current = ttt_part((tmp_path / "rec.md").read_text())
+    assert "× 2 accumulated)" in current
+
+    def old(entry):
+        if entry is None:
+            return None
+        rest = {k: v for k, v in entry.items() if k != "effective_batch_size"}
+        return rest | {
+            "batch_size": entry["effective_batch_size"],
+            "micro_batch_size": entry["batch_size"],
+        }
+
+    data = json.loads(findings.read_text())
+    for group in data["groups"]:
+        group["best"], group["highest_throughput"] = (
+            old(group["best"]),
+            old(group["highest_throughput"]),
+        )
+        group["batches"] = [old(e) for e in group["batches"]]
+    data["version"] = 1
+    findings.write_text(json.dumps(data))
+    assert recommend.main([*argv, "--convergence", str(findings)]) == 0
+    assert ttt_part((tmp_path / "rec.md").read_text()) == current
+
+    data["version"] = 99
+    findings.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="version 99"):
+        recommend.main([*argv, "--convergence", str(findings)])

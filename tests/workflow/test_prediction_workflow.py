@@ -52,7 +52,9 @@ def test_short_runs_everywhere_but_the_calibration_sizes(sweep):
 
 
 def test_prediction_csv(sweep):
-    table = pd.read_csv(sweep / "results/convergence/prediction.csv").set_index("batch_size")
+    table = pd.read_csv(sweep / "results/convergence/prediction.csv").set_index(
+        "effective_batch_size"
+    )
     assert table.index.tolist() == [4, 8, 32]
     assert table["calibration"].tolist() == [False, True, False]
     assert table["note"].str.startswith("no prediction").sum() == 0
@@ -79,7 +81,7 @@ def test_prediction_csv(sweep):
 
 def test_report_says_the_predicted_best(sweep):
     table = pd.read_csv(sweep / "results/convergence/prediction.csv")
-    best = int(table.loc[table["predicted_best"], "batch_size"].iloc[0])
+    best = int(table.loc[table["predicted_best"], "effective_batch_size"].iloc[0])
     text = (sweep / "results/convergence/convergence.md").read_text()
     assert f"Predicted best batch size (train.predict): {best}" in text
     assert (sweep / "results/convergence/convergence_prediction.png").stat().st_size > 0

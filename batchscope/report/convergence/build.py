@@ -154,7 +154,7 @@ def full_length_runs(summary: pd.DataFrame, prediction: pd.DataFrame) -> pd.Data
     not calibration): they stop before the target by design."""
     frame = prepare(summary)
     short = prediction[~prediction["calibration"].astype(bool)]
-    keys = set(zip(short["model"], short["batch_size"].astype(int), strict=True))
+    keys = set(zip(short["model"], short["effective_batch_size"].astype(int), strict=True))
     drop = [
         mode == "train" and (model, int(batch)) in keys
         for mode, model, batch in zip(frame["mode"], frame["model"], frame["batch"], strict=True)

@@ -50,8 +50,11 @@ MARKDOWN, HTML, FINDINGS = (
     )
 )
 
-#: Bumped whenever a key of ``convergence.json`` changes meaning.
-FINDINGS_VERSION = 1
+#: Bumped whenever a key of ``convergence.json`` changes meaning. 2: a batch entry's
+#: ``batch_size`` is the micro-batch (as everywhere else) and ``effective_batch_size`` the
+#: samples of one update; version 1 had ``batch_size`` (effective) and ``micro_batch_size``
+#: (``upgrade_findings`` reads it).
+FINDINGS_VERSION = 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,8 +168,8 @@ def _batch_findings(row: Mapping[str, Any]) -> dict[str, Any]:
     """One row of a model's table (``batch_table``), as JSON-ready values."""
     batch, micro = int(row["batch"]), int(row["micro_batch"])
     return {
-        "batch_size": batch,
-        "micro_batch_size": micro,
+        "batch_size": micro,
+        "effective_batch_size": batch,
         "accumulation_steps": batch // micro,
         "n_seeds": int(row["n_seeds"]),
         "n_reached": int(row["n_reached"]),
@@ -260,7 +263,7 @@ def _prediction_findings(rows: pd.DataFrame | None) -> dict[str, Any] | None:
         return None
     best = rows[rows["predicted_best"].astype(bool)].iloc[0]
     return {
-        "best": int(best["batch_size"]),
+        "best": int(best["effective_batch_size"]),
         "seconds": _float(best["predicted_seconds_to_target"]),
         "seconds_ci95": [
             _float(best["predicted_seconds_low"]),
@@ -268,6 +271,39 @@ def _prediction_findings(rows: pd.DataFrame | None) -> dict[str, Any] | None:
         ],
         "device_seconds": _float(best["device_seconds"]),
     }
+
+
+def upgrade_findings(document: Mapping[str, Any]) -> dict[str, Any]:
+    """``convergence.json`` as this version writes it, from this version or version 1 (whose
+    batch entries had ``batch_size`` effective and ``micro_batch_size``); ValueError naming the
+    version for any other."""
+    version = document.get("version")
+    if version == FINDINGS_VERSION:
+        return dict(document)
+    if version != 1:
+        raise ValueError(
+            f"convergence.json has version {version!r}; this code reads {FINDINGS_VERSION} and 1"
+        )
+
+    def entry(old: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if old is None:
+            return None
+        new = {k: v for k, v in old.items() if k != "micro_batch_size"}
+        return new | {
+            "batch_size": old["micro_batch_size"],
+            "effective_batch_size": old["batch_size"],
+        }
+
+    groups = [
+        dict(group)
+        | {
+            "best": entry(group.get("best")),
+            "highest_throughput": entry(group.get("highest_throughput")),
+            "batches": [entry(e) for e in group.get("batches", [])],
+        }
+        for group in document.get("groups", [])
+    ]
+    return dict(document) | {"version": FINDINGS_VERSION, "groups": groups}
 
 
 def write_findings(reports: Sequence[ModelReport], path: str | Path) -> None:
@@ -290,7 +326,8 @@ def write_findings(reports: Sequence[ModelReport], path: str | Path) -> None:
     they ran short of it or failed) and ``partly_reached`` batch sizes; ``batches`` (every
     batch entry); ``recommendation`` (the report's text).
 
-    A batch entry: ``batch_size`` (effective), ``micro_batch_size``, ``accumulation_steps``,
+    A batch entry: ``batch_size`` (the micro-batch), ``effective_batch_size`` (micro-batch ×
+    ``accumulation_steps``, the samples of one update; the lists of batch sizes above hold these),
     seed counts (``n_seeds``, ``n_reached``, ``n_not_reached``, ``n_failed``, ``failures``),
     ``all_reached``, ``lr`` (the effective learning rate), ``base_lr``, ``lr_scaling``,
     ``samples_per_s``, ``seconds_to_target``, ``steps_to_target`` and ``samples_to_target``

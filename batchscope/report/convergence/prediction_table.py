@@ -50,7 +50,7 @@ from batchscope.report.figures import save_png
 COLUMNS = [
     "mode",
     "model",
-    "batch_size",
+    "effective_batch_size",
     "calibration",
     "predicted_steps_to_target",
     "predicted_steps_low",
@@ -256,7 +256,7 @@ def _model_rows(
     ok = runs[runs["status"] == "ok"]
     device_s = float(pd.to_numeric(runs.get("wall_s"), errors="coerce").sum())
     base = {"mode": mode, "model": model, "device_seconds": device_s, "predicted_best": False}
-    rows = {b: dict(base, batch_size=b, calibration=b in cal) for b in batches}
+    rows = {b: dict(base, effective_batch_size=b, calibration=b in cal) for b in batches}
     for b, values in measured.items():
         # this sweep's short runs stop before the target by design: only its full-length runs
         # (or another sweep's, ``own`` False) measure steps to it
@@ -329,10 +329,10 @@ def best_line(rows: pd.DataFrame) -> str:
     row = best.iloc[0]
     low, high = row["predicted_seconds_low"], row["predicted_seconds_high"]
     interval = "" if pd.isna(low) else f" [95% {low:.3g}-{high:.3g} s]"
-    calibration = rows.loc[rows["calibration"].astype(bool), "batch_size"]
+    calibration = rows.loc[rows["calibration"].astype(bool), "effective_batch_size"]
     sizes = ", ".join(str(int(b)) for b in calibration)
     return (
-        f"Predicted best batch size (train.predict): {int(row['batch_size'])}, "
+        f"Predicted best batch size (train.predict): {int(row['effective_batch_size'])}, "
         f"{row['predicted_seconds_to_target']:.3g} s to the target{interval}, from full-length "
         f"runs at {sizes} and {row['device_seconds']:.0f} device-seconds in all."
     )
@@ -347,14 +347,14 @@ def _cell(value: float, low: float, high: float) -> str:
 def document_table(rows: pd.DataFrame) -> pd.DataFrame:
     """The convergence report's table: predicted beside measured, per batch size."""
     out = []
-    for row in rows.sort_values("batch_size").to_dict("records"):
+    for row in rows.sort_values("effective_batch_size").to_dict("records"):
         best = " ★" if str(row["predicted_best"]).lower() == "true" else ""
         steps = [row[f"predicted_steps_{k}"] for k in ("to_target", "low", "high")]
         seconds = [row[f"predicted_seconds_{k}"] for k in ("to_target", "low", "high")]
         measured = [row[f"measured_seconds_{k}"] for k in ("to_target", "low", "high")]
         out.append(
             {
-                "batch": f"{int(row['batch_size'])}{best}",
+                "batch": f"{int(row['effective_batch_size'])}{best}",
                 "run": "full" if row["calibration"] else "short",
                 "predicted steps [95%]": _cell(*steps),
                 "predicted s [95%]": _cell(*seconds),
@@ -395,7 +395,7 @@ def figure(table: pd.DataFrame):
     models = list(dict.fromkeys(table["model"])) or ["(none)"]
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
-        rows = table[table["model"] == model].sort_values("batch_size")
+        rows = table[table["model"] == model].sort_values("effective_batch_size")
         ax.set_title(model)
         ax.set_xlabel("effective batch size")
         ax.set_ylabel("seconds to target")
@@ -413,7 +413,7 @@ def figure(table: pd.DataFrame):
                 fontsize=8,
             )
             continue
-        x = predicted["batch_size"].astype(float)
+        x = predicted["effective_batch_size"].astype(float)
         ax.plot(x, predicted["predicted_seconds_to_target"], "-", color="C0", label="predicted")
         if predicted["predicted_seconds_low"].notna().any():
             ax.fill_between(
@@ -425,7 +425,7 @@ def figure(table: pd.DataFrame):
             )
         cal = predicted[predicted["calibration"].astype(bool)]
         ax.plot(
-            cal["batch_size"],
+            cal["effective_batch_size"],
             cal["predicted_seconds_to_target"],
             "o",
             mfc="none",
@@ -434,7 +434,7 @@ def figure(table: pd.DataFrame):
         )
         best = predicted[predicted["predicted_best"].astype(bool)]
         ax.plot(
-            best["batch_size"],
+            best["effective_batch_size"],
             best["predicted_seconds_to_target"],
             "*",
             ms=14,
@@ -451,7 +451,7 @@ def figure(table: pd.DataFrame):
                 ]
             )
             ax.errorbar(
-                measured["batch_size"],
+                measured["effective_batch_size"],
                 y,
                 yerr=err,
                 fmt="s",

@@ -52,6 +52,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import config, results, verdict
+from batchscope.report.convergence.pages import upgrade_findings
 from batchscope.report.recommend import answer as answer_module
 from batchscope.report.recommend import energy_plot, objectives
 from batchscope.report.recommend.pages import evidence, render_html, render_markdown
@@ -233,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     convergence, document = None, "convergence.html"
     if args.convergence:
-        convergence = results.read_json(args.convergence)
+        convergence = upgrade_findings(results.read_json(args.convergence))
         path = Path(args.convergence)
         document = str(path.with_name(convergence.get("document") or path.stem + ".html"))
     answer = results.read_json(args.answer) if args.answer else None

@@ -26,8 +26,9 @@ def time_to_target(
 ) -> dict[str, Any]:
     """The time-to-target part of a training recommendation, from its convergence findings.
 
-    Keys: ``batch_size`` (the batch size with the lowest mean time to the target, None when no
-    batch size reached it in every seed), ``lr`` (the effective learning rate it used),
+    Keys: ``effective_batch_size`` (the samples per update with the lowest mean time to the
+    target, None when no batch size reached it in every seed) and its micro-batch
+    ``batch_size``, ``lr`` (the effective learning rate it used),
     ``same_as_throughput`` (whether the throughput pick is that batch size; None when either is
     missing), ``paragraphs`` (the text).
     """
@@ -35,6 +36,7 @@ def time_to_target(
     if best is None:
         return {
             "batch_size": None,
+            "effective_batch_size": None,
             "lr": None,
             "same_as_throughput": None,
             "paragraphs": [
@@ -56,6 +58,7 @@ def time_to_target(
     )
     return {
         "batch_size": best["batch_size"],
+        "effective_batch_size": best["effective_batch_size"],
         "lr": best["lr"],
         "same_as_throughput": same,
         "paragraphs": paragraphs,
@@ -115,9 +118,9 @@ def _critical_text(best: Mapping[str, Any], group: Mapping[str, Any]) -> str:
 
 
 def _batch_text(entry: Mapping[str, Any]) -> str:
-    text = f"batch size {entry['batch_size']}"
+    text = f"batch size {entry['effective_batch_size']}"
     if entry["accumulation_steps"] > 1:
-        text += f" ({entry['micro_batch_size']} × {entry['accumulation_steps']} accumulated)"
+        text += f" ({entry['batch_size']} × {entry['accumulation_steps']} accumulated)"
     return text
 
 
@@ -132,7 +135,7 @@ def _same_config(entry: Mapping[str, Any], point: Mapping[str, Any]) -> bool:
     """Whether a convergence batch entry is the throughput point's batch (micro-batch and
     accumulation; the summary's batch_size is the micro-batch)."""
     accumulation = point.get("accumulation_steps") or 1
-    return (entry["micro_batch_size"], entry["accumulation_steps"]) == (
+    return (entry["batch_size"], entry["accumulation_steps"]) == (
         point["batch_size"],
         accumulation,
     )
