@@ -17,12 +17,20 @@ are pinned (``calibration_sizes``):
   sizes, one of them the slowest to reach the target.
 
 Then, per batch size B (the effective batch: micro-batch × accumulation, the samples per update),
+the time to the target is two factors, each from its own evidence:
 
-    steps(B)   = S_min (1 + B_noise/B)
-    seconds(B) = steps(B) · B / samples_per_s(B)
+    steps(B)    = S_min (1 + B_noise/B)            the convergence fit, over seeds
+    update_s(B) = B / samples_per_s(B)              the throughput runs, pooled
+    seconds(B)  = steps(B) · update_s(B)
 
-with 95% intervals from a bootstrap: each calibration size's seeds, each batch size's throughput
-and (``noise_scale``) the noise measurements are resampled with replacement and the curve refit.
+The steps' interval is a bootstrap: each calibration size's seeds and (``noise_scale``) the noise
+measurements are resampled with replacement and the curve refit. The time per update comes from
+the pooled model of log throughput that the throughput verdict uses (``core.pooled``: one
+run-to-run variance over the batch sizes' runs, a noisy batch size on its own), so the machine's
+noise is stated once: samples_per_s(B) is exp of its estimate (the geometric mean of its runs),
+and each resample draws the batch sizes' log throughputs from that model's posterior (Student t:
+a shared variance from its chi-square, a normal per batch size). Seconds multiply the two
+factors' draws, so their interval carries both.
 
 The cross-check of ``two_point`` is Pollux's statistical efficiency (Qiao et al. 2021) relative
 to a base batch B0, E(B) = (B_noise + B0)/(B_noise + B), with B_noise read from the short runs'
@@ -40,6 +48,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from batchscope.core import pooled, verdict
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -132,6 +142,8 @@ class BatchPrediction:
     steps: float
     steps_interval: tuple[float, float] | None
     samples_per_s: float
+    update_s: float
+    update_s_interval: tuple[float, float] | None
     seconds: float
     seconds_interval: tuple[float, float] | None
 
@@ -154,6 +166,9 @@ class Prediction:
     resamples: int
     failed_resamples: int
     notes: tuple[str, ...] = field(default=())
+    #: The pooled run-to-run sd of log throughput behind the time per update, and its df.
+    update_sd_log: float | None = None
+    update_df: int = 0
 
     def at(self, batch: int) -> BatchPrediction:
         return next(p for p in self.batches if p.batch == batch)
@@ -250,6 +265,41 @@ def _best(
     return best, tuple(b for b in batches if share[b] >= (1 - CONFIDENCE) / 2 or b == best)
 
 
+@dataclass(frozen=True)
+class UpdateTimes:
+    """The throughput factor: each batch size's log samples_per_s (the pooled model's estimate)
+    and ``draws`` (resamples × batch sizes) from its posterior; None when the runs give no
+    run-to-run spread (one run per batch size)."""
+
+    log_speed: np.ndarray
+    draws: np.ndarray | None
+    sd_log: float | None
+    df: int
+
+
+def update_times(
+    speeds: Sequence[np.ndarray], resamples: int, rng: np.random.Generator
+) -> UpdateTimes:
+    """The pooled model of the batch sizes' throughputs (``core.pooled.fit``) and draws of their
+    log throughputs: estimate + se·z·√(df/χ²_df), the chi-square shared by the pooled batch
+    sizes (one variance), its own for a noisy one."""
+    fitted = pooled.fit(dict(enumerate(speeds)))
+    estimate = np.asarray(fitted.estimate, dtype=float)
+    if fitted.df < 1:
+        return UpdateTimes(estimate, None, fitted.sd_log, fitted.df)
+    se = np.sqrt(np.diag(fitted.cov))
+    df = np.asarray(fitted.var_df, dtype=float)
+    shared = np.sqrt(fitted.df / rng.chisquare(fitted.df, size=resamples))
+    scale = np.column_stack(
+        [
+            shared if df[k] == fitted.df else np.sqrt(df[k] / rng.chisquare(df[k], resamples))
+            for k in range(len(speeds))
+        ]
+    )
+    z = rng.standard_normal((resamples, len(speeds)))
+    return UpdateTimes(estimate, estimate + se * z * scale, fitted.sd_log, fitted.df)
+
+
 def predict(
     calibration_steps: Mapping[int, Sequence[float]],
     speeds: Mapping[int, Sequence[float]],
@@ -264,8 +314,8 @@ def predict(
     target (every seed must have reached it): two sizes or more, the two-point fit; one, the
     noise-scale pin, with ``noise`` the short runs' unbiased (|G|², tr Σ) measurements or their
     sums per run (the ratio of sums is B_noise; the bootstrap resamples these entries, so per-run
-    sums resample runs). ``speeds`` maps every batch size to its seeds' samples_per_s.
-    Raises ``PredictionError`` (one line) when no prediction can be made.
+    sums resample runs). ``speeds`` maps every batch size to its runs' samples_per_s (each a
+    process). Raises ``PredictionError`` (one line) when no prediction can be made.
     """
     cal = sorted(calibration_steps)
     cal_values = [np.asarray(calibration_steps[b], dtype=float) for b in cal]
@@ -278,28 +328,38 @@ def predict(
             raise PredictionError(f"batch size {b}: no measured samples_per_s")
     rng = np.random.default_rng(seed)
     fitted = _calibrate(cal, cal_values, noise, resamples, rng)
+    times = update_times(speed_values, resamples, rng)
     b_arr = np.asarray(batches, dtype=float)
-    mean_speed = np.array([v.mean() for v in speed_values])
     steps = np.asarray(fitted.line.steps(b_arr))
-    seconds = steps * b_arr / mean_speed
-    boot_steps = fitted.s_min[:, None] * (1.0 + fitted.b_noise[:, None] / b_arr[None, :])
-    boot_seconds = boot_steps * b_arr / _resampled_means(speed_values, resamples, rng)
-    ok = fitted.resampled
+    update_s = b_arr * np.exp(-times.log_speed)
+    seconds = steps * update_s
+    if fitted.resampled:
+        boot_steps = fitted.s_min[:, None] * (1.0 + fitted.b_noise[:, None] / b_arr[None, :])
+    else:
+        boot_steps = np.broadcast_to(steps, (resamples, len(batches)))
+    boot_update = b_arr * np.exp(-times.draws) if times.draws is not None else None
+    boot_seconds = boot_steps * (boot_update if boot_update is not None else update_s)
+    either = fitted.resampled or boot_update is not None
     per_batch = tuple(
         BatchPrediction(
             batch=int(b),
             steps=float(steps[k]),
-            steps_interval=_interval(boot_steps[:, k]) if ok else None,
-            samples_per_s=float(mean_speed[k]),
+            steps_interval=_interval(boot_steps[:, k]) if fitted.resampled else None,
+            samples_per_s=float(math.exp(times.log_speed[k])),
+            update_s=float(update_s[k]),
+            update_s_interval=_interval(boot_update[:, k]) if boot_update is not None else None,
             seconds=float(seconds[k]),
-            seconds_interval=_interval(boot_seconds[:, k]) if ok else None,
+            seconds_interval=_interval(boot_seconds[:, k]) if either else None,
         )
         for k, b in enumerate(batches)
     )
-    best, best_set = _best(batches, seconds, boot_seconds, ok)
-    notes = [] if ok else ["one seed per calibration batch size: no intervals"]
+    best, best_set = _best(batches, seconds, boot_seconds, either)
+    notes = [] if fitted.resampled else ["one seed per calibration batch size: no steps interval"]
+    if boot_update is None:
+        notes.append("one run per batch size: no interval on the time per update")
     if fitted.failed:
         notes.append(f"{fitted.failed} of {resamples} bootstrap resamples admitted no curve")
+    ok = fitted.resampled
     return Prediction(
         line=fitted.line,
         s_min_interval=_interval(fitted.s_min) if ok else None,
@@ -308,15 +368,32 @@ def predict(
         batches=per_batch,
         best=best,
         best_set=best_set,
-        resamples=resamples if ok else 0,
+        resamples=resamples if either else 0,
         failed_resamples=fitted.failed,
         notes=tuple(notes),
+        update_sd_log=times.sd_log,
+        update_df=times.df,
     )
 
 
 # --------------------------------------------------------------------------------------------
 # The noise scale: Pollux's efficiency as the cross-check, and drift
 # --------------------------------------------------------------------------------------------
+
+
+def time_tie_set(
+    seconds: Mapping[int, Sequence[float]], level: float = 1 - CONFIDENCE
+) -> tuple[int, ...]:
+    """The batch sizes that could be fastest to the target, by the test the throughput verdict
+    uses: Hsu's multiple comparisons with the best on the log of 1/seconds (targets per second),
+    one run-to-run variance pooled over the batch sizes (``core.pooled``, ``core.verdict``).
+    Fastest estimate first; every batch size when the runs give no spread (one per size)."""
+    keys = [b for b in sorted(seconds) if len(seconds[b])]
+    rates = {b: [1.0 / float(s) for s in seconds[b]] for b in keys}
+    found = verdict.compare(pooled.fit(rates), level)
+    if found is None:
+        return tuple(keys)
+    return tuple(keys[i] for i in found.tie)
 
 
 def pollux_efficiency(batch: float, b_noise: float, base_batch: float) -> float:

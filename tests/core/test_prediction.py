@@ -41,7 +41,37 @@ def test_seconds_count_effective_batch_samples_per_update():
     # steps x samples per update / samples per second
     assert row.seconds == pytest.approx(line.steps(32) * 32 / 800.0)
     assert row.steps_interval is None  # one seed: nothing to resample
-    assert "no intervals" in got.notes[0]
+    assert row.seconds_interval is None  # and one run per batch size: no spread either
+    assert "no steps interval" in got.notes[0]
+    assert "no interval on the time per update" in got.notes[1]
+
+
+def test_time_per_update_comes_from_the_pooled_throughput_model():
+    """Three runs per batch size; batch 32's runs agree exactly, the others spread by ~10%. The
+    time per update uses one variance pooled over the batch sizes (Student t on its df), so
+    batch 32 gets an interval as wide as its neighbours', not a zero-width one from its own
+    runs; samples_per_s is the geometric mean of the runs."""
+    from scipy import stats
+
+    speeds = {8: [400.0, 440.0, 360.0], 32: [800.0, 800.0, 800.0], 64: [1500.0, 1650.0, 1350.0]}
+    got = p.predict({8: [1000.0], 64: [200.0]}, speeds, resamples=20000)
+    logs = {b: np.log(v) for b, v in speeds.items()}
+    sse = sum(((y - y.mean()) ** 2).sum() for y in logs.values())
+    df = sum(len(y) - 1 for y in logs.values())
+    half = stats.t.ppf(0.975, df) * np.sqrt(sse / df / 3)
+    for b, y in logs.items():
+        row = got.at(b)
+        assert row.samples_per_s == pytest.approx(np.exp(y.mean()))
+        assert row.update_s == pytest.approx(b / np.exp(y.mean()))
+        # the t interval of the mean log throughput, mapped to seconds per update
+        low, high = b / np.exp(y.mean() + half), b / np.exp(y.mean() - half)
+        assert row.update_s_interval == pytest.approx((low, high), rel=0.03)
+        # one seed per calibration size: the steps are fixed, the seconds carry the throughput's
+        # interval alone
+        assert row.seconds_interval == pytest.approx(
+            tuple(row.steps * t for t in row.update_s_interval), rel=1e-9
+        )
+    assert got.update_df == df
 
 
 def test_no_curve_when_the_larger_batch_needs_more_steps():
@@ -135,3 +165,17 @@ def test_drift_flag_only_when_intervals_are_apart():
     late = p.pooled_noise_scale([1.0, 1.1, 0.9, 1.0], [100.0, 110.0, 90.0, 100.0])
     assert p.drift_flag(early, late).startswith("noise scale drifts")
     assert p.drift_flag(early, early) is None
+
+
+def test_time_tie_set_keeps_what_the_pooled_test_cannot_tell_from_the_fastest():
+    rng = np.random.default_rng(3)
+    # batch 64 and 128 within 2% of each other, batch 16 twice as slow, runs spread by ~5%
+    truth = {16: 20.0, 64: 10.0, 128: 10.2}
+    seconds = {b: list(t * rng.lognormal(0.0, 0.05, size=3)) for b, t in truth.items()}
+    tie = p.time_tie_set(seconds)
+    assert set(tie) == {64, 128} and 16 not in tie
+    # fastest estimate first
+    means = {b: np.exp(np.mean(np.log(v))) for b, v in seconds.items()}
+    assert tie[0] == min((64, 128), key=means.get)
+    # one run per batch size: no spread to test with, so nothing is excluded
+    assert set(p.time_tie_set({b: v[:1] for b, v in seconds.items()})) == {16, 64, 128}

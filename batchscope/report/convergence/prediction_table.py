@@ -9,7 +9,8 @@ of one DataLoader worker count):
 - calibration: ``core.calibration_sizes`` (the geometric middle under ``noise_scale``, the
   smallest and the largest under ``two_point``); every seed there must have reached the target,
   else the prediction is one line saying so (``note``), never a guess;
-- samples_per_s: the mean over each batch size's ok runs (short or full);
+- samples_per_s: each batch size's ok runs (short or full) in the pooled model of log
+  throughput (its geometric mean), which gives the time per update and its interval;
 - B_simple early: the noise measurements of every run up to ``predict_steps`` updates, pooled
   (under ``noise_scale`` it is B_noise); late: those of the calibration runs in the last third
   of their steps (the drift flag);
@@ -60,6 +61,9 @@ COLUMNS = [
     "predicted_seconds_high",
     "predicted_best",
     "samples_per_s",
+    "update_s",
+    "update_s_low",
+    "update_s_high",
     "s_min",
     "s_min_low",
     "s_min_high",
@@ -211,6 +215,7 @@ def _fill(
     for p in result.batches:
         st = p.steps_interval or (math.nan, math.nan)
         sec = p.seconds_interval or (math.nan, math.nan)
+        upd = p.update_s_interval or (math.nan, math.nan)
         flags = core.flags(p.batch, cal, **caveats)
         rows[p.batch].update(
             predicted_steps_to_target=p.steps,
@@ -221,6 +226,9 @@ def _fill(
             predicted_seconds_high=sec[1],
             predicted_best=p.batch == result.best,
             samples_per_s=p.samples_per_s,
+            update_s=p.update_s,
+            update_s_low=upd[0],
+            update_s_high=upd[1],
             s_min=result.line.s_min,
             s_min_low=s_low,
             s_min_high=s_high,
