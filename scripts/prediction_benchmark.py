@@ -1,5 +1,5 @@
-"""Prediction benchmark (issues 18 and 26): does ``train.predict`` pick the batch size that reaches the
-target soonest, and at what share of the full convergence sweep's compute?
+"""Prediction benchmark (issues 18 and 26): does ``train.predict`` pick the batch size that
+reaches the target soonest, and at what share of the full convergence sweep's compute?
 
 Usage (from the repository root):
 
