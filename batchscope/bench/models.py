@@ -362,7 +362,7 @@ def result_fields(entry: ModelSpec, model: nn.Module) -> dict[str, Any]:
 
     return {
         "model_source": entry.source,
-        "model_id": entry.id,
+        "model_id": entry.model_id,
         "model_kwargs": json.dumps(entry.kwargs, sort_keys=True),
         "weights_sha256": entry.weights_sha256,
         "num_parameters": parameter_count(model),

@@ -13,7 +13,10 @@ floor's (``batchscope.bench.models``). An entry is one of
 
 Relative paths are looked up in the config file's folder, then the working directory. Nothing
 here reads more of a file than its bytes for a hash: the weights' sha256 (and the factory
-file's) are in the spec, so a changed checkpoint or model file reruns the jobs it feeds.
+file's) are in the spec, so a changed checkpoint or model file reruns the jobs it feeds. A model
+built from a file or folder is identified in results (``model_id``) by its path relative to
+where it was found plus the start of its hash (:func:`file_model_id`), not by its absolute path,
+so that the same sweep run from two checkouts gives rows that match.
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ class ModelSpec:
     #: one of :data:`SOURCES`
     source: str
     #: the built-in or torchvision name, the timm name, ``file.py:function`` (absolute file)
-    #: or ``package.module:function``, the Hugging Face model type or local folder (absolute)
+    #: or ``package.module:function``, the Hugging Face model type or local folder (absolute):
+    #: what the job builds; a result records ``model_id``
     id: str
     #: keyword arguments for the builder; for ``hf``, the overrides of the model's config
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -102,6 +106,13 @@ class ModelSpec:
     file_sha256: str | None = None
     #: ``hf`` only: one of :data:`HF_TASKS`
     task: str | None = None
+    #: what a result records (``model_id``): ``id``, but for a factory file or a Hugging Face
+    #: folder its travelling form (:func:`file_model_id`); left out, ``id``
+    model_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.model_id:
+            object.__setattr__(self, "model_id", self.id)
 
 
 def derived_name(text: str) -> str:
@@ -183,11 +194,7 @@ def parse(entry: Any, index: int = 0, base_dirs: Sequence[str] | None = None) ->
             if only_hf in entry:
                 raise ModelEntryError(f"model entry {label}: `{only_hf}` is for hf entries only")
     source = SOURCE_KEYS[key] or _plain_source(str(entry[key]))
-    model_id, file_sha = str(entry[key]), None
-    if key == "factory":
-        model_id, file_sha = resolve_factory(f"model entry {label}", model_id, dirs)
-    elif key == "hf" and _looks_like_path(model_id):
-        model_id = _existing(f"model entry {label}", "hf folder", model_id, dirs)
+    built, file_sha, model_id = _resolved_source(label, key, str(entry[key]), dirs)
     kwargs = dict(entry.get("config" if key == "hf" else "kwargs") or {})
     weights = entry.get("weights")
     if weights:
@@ -197,13 +204,32 @@ def parse(entry: Any, index: int = 0, base_dirs: Sequence[str] | None = None) ->
     return ModelSpec(
         name=label,
         source=source,
-        id=model_id,
+        id=built,
         kwargs=kwargs,
         weights=weights or None,
         weights_sha256=sha256_of(weights) if weights else None,
         file_sha256=file_sha,
         task=entry.get("task"),
+        # as_entry's entries carry the model_id found from the config's folder: kept
+        model_id=entry.get("model_id") or model_id,
     )
+
+
+def _resolved_source(
+    label: str, key: str, text: str, dirs: Sequence[str]
+) -> tuple[str, str | None, str]:
+    """What a mapping entry's source key gives: the id to build (files found, absolute), the
+    factory file's sha256, and the ``model_id`` a result records ("" when it is the id)."""
+    if key == "factory":
+        built, file_sha = resolve_factory(f"model entry {label}", text, dirs)
+        if file_sha is None:  # package.module:function
+            return built, None, ""
+        where, _, function = built.rpartition(":")
+        return built, file_sha, file_model_id(where, dirs, file_sha, function)
+    if key == "hf" and _looks_like_path(text):
+        folder = _existing(f"model entry {label}", "hf folder", text, dirs)
+        return folder, None, file_model_id(folder, dirs, folder_sha256(folder))
+    return text, None, ""
 
 
 #: The training losses the config names (``train.loss``); else ``file.py:function``.
@@ -242,6 +268,30 @@ def folder_sha256(folder: str) -> str:
             digest.update(os.path.relpath(path, folder).encode() + b"\0")
             digest.update(sha256_of(path).encode())
     return digest.hexdigest()
+
+
+#: Hex digits of a file's sha256 that a ``model_id`` keeps: enough to tell two versions apart.
+MODEL_ID_SHA_HEX = 12
+
+
+def travelling_path(path: str, dirs: Sequence[str]) -> str:
+    """An absolute ``path`` as it reads from any checkout: relative to the first of ``dirs`` (the
+    config file's folder, then the working directory) that holds it, with ``/``; its basename
+    when none does (a file kept elsewhere, the same in every checkout)."""
+    for folder in dirs:
+        relative = os.path.relpath(path, os.path.abspath(folder))
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            return relative.replace(os.sep, "/")
+    return os.path.basename(os.path.normpath(path))
+
+
+def file_model_id(path: str, dirs: Sequence[str], sha256: str, function: str | None = None) -> str:
+    """The ``model_id`` of a model built from a file or folder (``path``, absolute, whose hash is
+    ``sha256``): its :func:`travelling_path`, the factory's ``function``, and the first
+    :data:`MODEL_ID_SHA_HEX` hex digits of the hash (``models/net.py:build@sha256:1a2b3c4d5e6f``):
+    the same from two checkouts in different folders, and another when the file changes."""
+    named = travelling_path(path, dirs) + (f":{function}" if function else "")
+    return f"{named}@sha256:{sha256[:MODEL_ID_SHA_HEX]}"
 
 
 def _plain_source(name: str) -> str:
@@ -296,9 +346,12 @@ def sha256_of(path: str) -> str:
 
 
 def as_entry(spec: ModelSpec) -> dict[str, Any]:
-    """The mapping entry that :func:`parse` turns back into ``spec`` (paths absolute)."""
+    """The mapping entry that :func:`parse` turns back into ``spec`` (paths absolute, and the
+    ``model_id`` they were given from the config's folder, which parse keeps)."""
     key = {"builtin": "model", "torchvision": "model"}.get(spec.source, spec.source)
     entry: dict[str, Any] = {"name": spec.name, key: spec.id}
+    if spec.model_id != spec.id:
+        entry["model_id"] = spec.model_id
     if spec.kwargs:
         entry["config" if spec.source == "hf" else "kwargs"] = dict(spec.kwargs)
     if spec.weights:

@@ -34,6 +34,73 @@ def test_relative_paths_are_found_beside_the_config_before_the_working_directory
     assert models.parse(models.as_entry(spec)) == spec
 
 
+def _short_sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[: models.MODEL_ID_SHA_HEX]
+
+
+def test_a_factory_files_model_id_is_its_path_from_where_it_was_found_and_its_hash(tmp_path):
+    config_dir, cwd = tmp_path / "repo" / "config", tmp_path / "repo"
+    (config_dir / "m").mkdir(parents=True)
+    (cwd / "shared").mkdir()
+    (config_dir / "m" / "net.py").write_bytes(b"# beside the config")
+    (cwd / "shared" / "net.py").write_bytes(b"# in the working directory")
+    dirs = [str(config_dir), str(cwd)]
+    beside = models.parse({"name": "a", "factory": "m/net.py:build"}, 0, dirs)
+    assert beside.model_id == f"m/net.py:build@sha256:{_short_sha(b'# beside the config')}"
+    # found in the working directory, or from the config's folder up into it: from there
+    sha = _short_sha(b"# in the working directory")
+    for written in ("shared/net.py:build", "../shared/net.py:make"):
+        spec = models.parse({"name": "b", "factory": written}, 0, dirs)
+        assert spec.model_id == f"shared/net.py:{written.rpartition(':')[2]}@sha256:{sha}"
+        assert spec.id.startswith(str(cwd / "shared" / "net.py"))  # the job still finds it
+
+
+def test_a_file_outside_the_configs_folder_and_the_working_directory_keeps_its_basename(tmp_path):
+    outside = tmp_path / "elsewhere" / "deep" / "net.py"
+    outside.parent.mkdir(parents=True)
+    outside.write_bytes(b"# kept elsewhere")
+    (tmp_path / "repo").mkdir()
+    spec = models.parse({"name": "a", "factory": f"{outside}:build"}, 0, [str(tmp_path / "repo")])
+    assert spec.model_id == f"net.py:build@sha256:{_short_sha(b'# kept elsewhere')}"
+    assert models.travelling_path(str(tmp_path / "..x" / "f.py"), [str(tmp_path)]) == "..x/f.py"
+
+
+def test_a_model_id_is_the_same_from_two_checkouts_and_another_when_the_file_changes(tmp_path):
+    def model_id(checkout):
+        (checkout / "config").mkdir(parents=True, exist_ok=True)
+        entry = {"name": "net", "factory": "models/net.py:build"}
+        return models.parse(entry, 0, [str(checkout / "config"), str(checkout)]).model_id
+
+    for checkout in (tmp_path / "one", tmp_path / "two" / "deeper"):
+        (checkout / "models").mkdir(parents=True)
+        (checkout / "models" / "net.py").write_bytes(b"width = 8")
+    assert model_id(tmp_path / "one") == model_id(tmp_path / "two" / "deeper")
+    (tmp_path / "one" / "models" / "net.py").write_bytes(b"width = 16")
+    assert model_id(tmp_path / "one") != model_id(tmp_path / "two" / "deeper")
+    assert model_id(tmp_path / "one").endswith(f"@sha256:{_short_sha(b'width = 16')}")
+
+
+def test_the_model_id_found_from_the_configs_folder_survives_the_absolute_entry(tmp_path):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "net.py").write_text("")
+    spec = models.parse({"name": "n", "factory": "net.py:build"}, 0, [str(tmp_path / "conf")])
+    # the workflow turns the entries absolute, then builds each job's spec from anywhere
+    again = models.parse(models.as_entry(spec), 0, [str(tmp_path / "elsewhere")])
+    assert again.model_id == spec.model_id == f"net.py:build@sha256:{_short_sha(b'')}"
+
+
+def test_a_hugging_face_folders_model_id_is_its_path_and_its_files_hash(tmp_path):
+    (tmp_path / "hf" / "tiny").mkdir(parents=True)
+    (tmp_path / "hf" / "tiny" / "config.json").write_text("{}")
+    entry = {"name": "t", "hf": "hf/tiny", "task": "causal_lm"}
+    spec = models.parse(entry, 0, [str(tmp_path)])
+    sha = models.folder_sha256(str(tmp_path / "hf" / "tiny"))[: models.MODEL_ID_SHA_HEX]
+    assert spec.id == str(tmp_path / "hf" / "tiny") and spec.model_id == f"hf/tiny@sha256:{sha}"
+    # names that are not files are their own model_id
+    named = models.parse_all(["resnet18", {"name": "g", "hf": "gpt2", "task": "causal_lm"}])
+    assert [s.model_id for s in named] == ["resnet18", "gpt2"]
+
+
 def test_a_missing_file_is_one_line_naming_the_entry_and_where_it_looked(tmp_path):
     entry = {"name": "net", "factory": "nowhere.py:build"}
     with pytest.raises(ModelEntryError) as info:

@@ -128,7 +128,8 @@ def test_custom_module_example_trains_and_infers_each_kwargs_variant(tmp_path):
     }
     assert (summary["status"] == "ok").all() and (summary["samples_per_s"] > 0).all()
     assert set(summary["model_source"]) == {"factory"}
-    assert set(summary["model_id"]) == {f"{config.parent / 'model.py'}:build"}
+    model_sha = sha256(config.parent / "model.py")[:12]
+    assert set(summary["model_id"]) == {f"model.py:build@sha256:{model_sha}"}
     for name, rows in summary.groupby("model"):
         assert {json.dumps(json.loads(k), sort_keys=True) for k in rows["model_kwargs"]} == {
             json.dumps(entries[name]["kwargs"], sort_keys=True)

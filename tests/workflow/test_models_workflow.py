@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from batchscope.core import paths, results
 from tests.factories import NO_RACE, ONE_ROUND
 from tests.workflow.helpers import job_counts, snakemake, write_config
 
@@ -106,7 +107,8 @@ def test_a_mixed_sweep_runs_to_a_summary_recording_each_models_source(mixed_run)
         "tiny_vit": "hf",
     }
     assert rows.loc["timm_convnext_atto", "model_id"] == "convnext_atto"
-    assert rows.loc["mynet", "model_id"] == f"{workdir / 'models' / 'mynet.py'}:build"
+    mynet_sha = hashlib.sha256((workdir / "models" / "mynet.py").read_bytes()).hexdigest()
+    assert rows.loc["mynet", "model_id"] == f"models/mynet.py:build@sha256:{mynet_sha[:12]}"
     assert json.loads(rows.loc["mynet", "model_kwargs"]) == {"width": 6}
     assert rows.loc["mynet", "weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     assert rows[["weights_sha256"]].drop("mynet").isna().all().all()
@@ -159,6 +161,34 @@ MISTAKES = [
     ("unknown timm", {"factory": None, "name": None, "timm": "convnext_atoo", "weights": None,
                       "kwargs": {}}, "unknown timm model 'convnext_atoo' (did you mean"),
 ]  # fmt: skip
+
+
+def test_the_same_sweep_from_two_checkouts_in_other_folders_gives_rows_that_match(tmp_path):
+    """A result names a factory model by its file's path from the config's folder and its hash,
+    not by where the checkout lies: the smallest real job (one infer point of the factory
+    model), run in a project folder and in a copy of it elsewhere, gives the same identity."""
+    first = tmp_path / "one" / "project"
+    first.mkdir(parents=True)
+    _user_files(first)
+    tiny = {**SWEEP["measure"], "warmup_steps": 1}
+    write_config(
+        first, **{**SWEEP, "models": [MYNET_ENTRY], "modes": ["infer"], "measure": tiny,
+                  "infer": {"max_steps": 2}},
+    )  # fmt: skip
+    second = tmp_path / "two" / "somewhere" / "else"
+    shutil.copytree(first, second)
+    run = paths.run_stem(mode="infer", model="mynet", batch_size=8, accumulation_steps=1,
+                         num_workers=0, seed=0, round=1) + ".json"  # fmt: skip
+    rows = []
+    for project in (first, second):
+        config = str(project / "my config.yaml")
+        done = snakemake(project, run, "--cores", "2", "--configfile", config)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads((project / run).read_text())
+        rows.append({key: result[key] for key in ("model_id", *results.GRID_KEYS)})
+    sha = hashlib.sha256((first / "models" / "mynet.py").read_bytes()).hexdigest()
+    assert rows[0]["model_id"] == f"models/mynet.py:build@sha256:{sha[:12]}"
+    assert rows[0] == rows[1]
 
 
 @pytest.mark.parametrize(
