@@ -60,7 +60,7 @@ from batchscope.bench.data import (
 )
 from batchscope.bench.images import DECODE_ERRORS, fashion_raw_folder
 from batchscope.core import datasets
-from batchscope.core.results import write_json
+from batchscope.core.results import write_json, write_text
 
 #: Written into the extracted CIFAR-10 folder once verified; holds the archive's md5.
 CIFAR_STAMP = ".batchscope-verified"
@@ -191,7 +191,7 @@ def _prepare_cifar10(
         ]
         if absent:
             raise DatasetError(f"cifar10: {archive.filename} lacks {', '.join(absent)}")
-        (folder / CIFAR_STAMP).write_text(archive.md5 + "\n", encoding="utf-8")
+        write_text(folder / CIFAR_STAMP, archive.md5 + "\n")
         root.mkdir(parents=True, exist_ok=True)
         if target.exists() or target.is_symlink():
             os.replace(target, staging / "stale")  # an unverified leftover; removed with staging

@@ -13,7 +13,9 @@ from batchscope.core.config import (
     load_schema,
     parse_override,
     resolve_paths,
+    with_command_line,
     with_overrides,
+    yaml_typed,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -407,3 +409,31 @@ def test_overrides_set_dotted_keys_on_a_copy():
     assert config["measure"]["rounds"] == 3  # a copy
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_override("rounds")
+
+
+def test_command_line_values_are_read_as_the_config_file_reads_them():
+    from snakemake.cli import parse_config  # what `snakemake --config ...` hands the workflow
+
+    args = ["batch_sizes=[16,64]", "seeds=[0,1]", "measure={rounds: 5}", "train={max_steps: null}"]
+    command_line = parse_config(args)
+    assert command_line["batch_sizes"] == ["16", "64"]  # what the schema refused
+    in_file = {**DEFAULT, "measure": {"rounds": 3, "warmup_steps": 4}, "train": {"lr": 0.1}}
+    out = with_command_line(in_file, command_line)
+    assert out["batch_sizes"] == [16, 64] and out["seeds"] == [0, 1]
+    # a map merges key by key, as Snakemake merges it: the file's other keys stay
+    assert out["measure"] == {"rounds": 5, "warmup_steps": 4}
+    assert out["train"] == {"lr": 0.1, "max_steps": None}
+    assert out["dataset"] == DEFAULT["dataset"] and in_file["measure"]["rounds"] == 3  # a copy
+    check(out, SCHEMA)
+
+
+def test_only_strings_yaml_reads_as_something_else_are_retyped():
+    assert yaml_typed({"a": ["1", "2.5", "true", "null"], "b": "{x: [1]}"}) == {
+        "a": [1, 2.5, True, None],
+        "b": {"x": [1]},
+    }
+    # a word, a date, an empty string, a string that is not YAML, and non-strings stay as given
+    kept = ["abc", "2024-01-01", "", "a: b: c", 3, 1e3, False]
+    assert yaml_typed(kept) == kept
+    with pytest.raises(ConfigError, match="batch_sizes"):
+        check(with_command_line(DEFAULT, {"batch_sizes": "abc"}), SCHEMA)

@@ -78,6 +78,22 @@ def test_malformed_config_stops_before_any_job_with_one_line(tmp_path, key, valu
     assert not (tmp_path / "results").exists() and not (tmp_path / "resources").exists()
 
 
+def test_config_on_the_command_line_is_read_as_yaml(tmp_path):
+    config = write_config(tmp_path, **TINY)
+    done = snakemake(tmp_path, "-n", "--configfile", str(config), "--config", "batch_sizes=[16,64]")
+    assert done.returncode == 0, done.stderr
+    runs = {line.split("output: ")[1] for line in done.stdout.splitlines() if "output: " in line}
+    batches = {o.split("/bs")[1].split("_")[0] for o in runs if o.startswith("results/runs/")}
+    assert batches == {"16", "64"}
+    for value, named in [("[0]", "batch_sizes[0]"), ("abc", "batch_sizes")]:
+        refused = snakemake(
+            tmp_path, "-n", "--configfile", str(config), "--config", f"batch_sizes={value}"
+        )
+        ours = [line for line in refused.stderr.splitlines() if line.startswith("batchscope:")]
+        assert refused.returncode != 0 and len(ours) == 1
+        assert ours[0].startswith(f"batchscope: config key {named}:")
+
+
 # fmnist_run (tests/workflow/conftest.py): the tiny sweep, shared with the other modules
 
 

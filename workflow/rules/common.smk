@@ -22,6 +22,7 @@ from batchscope.core.config import (
     check,
     load_schema,
     resolve_paths,
+    with_command_line,
     with_defaults,
 )
 
@@ -48,6 +49,9 @@ def job_path_prefix(interpreter):
 
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+
+# --config KEY=VALUE: Snakemake leaves `[16,64]` as ["16", "64"]; read as the config file would be.
+config.update(with_command_line(config, workflow.config_settings.config))
 
 # Relative paths in the config (the data's here, the model entries' in models.smk): the config
 # file's folder first, then the working directory (--directory).
