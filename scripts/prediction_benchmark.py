@@ -16,7 +16,8 @@ runs at the calibration size(s), short runs elsewhere), then predicts with
 ``batchscope.report.convergence.prediction_table`` and prints, for each calibration strategy
 (``train.predict_calibration``; with a second sweep, only the one it ran):
 
-- (a) the steps error per batch size against the full sweep's measured steps to the target
+- (a) the steps error per batch size against the full sweep's measured steps to the target,
+  over the sizes that were predicted, not fitted (the calibration sizes are left out)
   (median and worst, in %; goal: within 25% everywhere, 15% at the median): steps are
   deterministic per seed, so this judges the fit without the clock's noise;
 - (b) whether the predicted best batch size lies in the measured tie set for time to target:
@@ -58,6 +59,7 @@ sys.path.insert(0, str(REPO))
 
 from batchscope.core import config as config_module  # noqa: E402
 from batchscope.core.prediction import STRATEGIES, time_tie_set  # noqa: E402
+from batchscope.core.verdict import under_foreign_load  # noqa: E402
 from batchscope.report.convergence.prediction_table import predict_frame  # noqa: E402
 
 COLUMNS = [
@@ -117,11 +119,20 @@ def emulated_cost(
     )
 
 
-def measured_seconds(measured: pd.DataFrame, model: str) -> dict[int, list[float]]:
+def measured_seconds(
+    measured: pd.DataFrame, model: str, foreign_cpu_limit: float
+) -> dict[int, list[float]]:
     """The measured sweep's seconds to the target per effective batch size, one per seed, where
-    every seed of that size reached it ok."""
+    every seed of that size reached it ok; runs measured while other processes took more than
+    ``foreign_cpu_limit`` of the CPU are left out, as the throughput verdict leaves them out."""
     runs = train_runs(measured)
     runs = runs[runs["model"] == model]
+    loaded = runs.get("foreign_cpu_frac", pd.Series(index=runs.index, dtype=float)).map(
+        lambda frac: under_foreign_load(frac, foreign_cpu_limit)
+    )
+    if loaded.any():
+        print(f"left out of the measured tie set: {int(loaded.sum())} runs under foreign load")
+    runs = runs[~loaded.astype(bool)]
     out = {}
     for batch, group in runs.groupby("batch"):
         reached = group["status"].eq("ok") & group["target_reached"].astype(str).str.lower().eq(
@@ -148,6 +159,8 @@ def compare(rows: pd.DataFrame, seconds: dict[int, list[float]]) -> dict:
     for flag in sorted({f.strip() for f in flags} - {""}):
         print(f"flag: {flag}")
     both = rows.dropna(subset=["predicted_steps_to_target", "measured_steps_to_target"])
+    # the calibration sizes' steps are fitted, not predicted: judged on the others only
+    both = both[~both["calibration"].astype(bool)]
     error = (
         (both["predicted_steps_to_target"] - both["measured_steps_to_target"]).abs()
         / both["measured_steps_to_target"]
@@ -193,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = yaml.safe_load(Path(args.config).read_text())
     schema = config_module.load_schema(config_module.SCHEMA_PATH)
-    train = config_module.with_defaults(config, schema)["train"]  # the schema's defaults
+    completed = config_module.with_defaults(config, schema)  # the schema's defaults
+    train, limit = completed["train"], completed["sweep"]["foreign_cpu_limit"]
     timings = {}
     measured_dir = args.measured
     if measured_dir is None:
@@ -233,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         for model, rows in table.groupby("model", sort=True):
             print(f"\n== {strategy}: {model} (table: {out}) ==")
-            got = compare(rows, measured_seconds(measured, model))
+            seconds = measured_seconds(measured, model, limit)
+            got = compare(rows, seconds)
             lines.append(table_line(strategy, model, got, spent_p / spent_m, samples_p / samples_m))
     print(f"\nsummary (short runs {predict_steps} updates{', emulated' if args.emulate else ''};"
           f" full sweep {spent_m:.0f} device-s):")  # fmt: skip

@@ -316,7 +316,7 @@ def _check_train(train: Mapping[str, Any], warmup: int) -> None:
     ):
         raise ConfigError(
             "config key train.predict_calibration: noise_scale takes B_noise from the short "
-            "runs' noise scale: set train.noise_scale_every_steps (or use two_point)"
+            "runs' noise scale: set train.noise_scale_every_steps (or use corner)"
         )
     if train["validate"] is False:
         for key in ("target_accuracy", "target_loss", "eval_every_samples"):

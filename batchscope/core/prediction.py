@@ -5,12 +5,20 @@ McCandlish et al. 2018 model the steps to a target as S(B) = S_min (1 + B_noise/
 S = S_min + E_min/B with E_min = S_min·B_noise: a straight line in 1/B with two unknowns. Every
 batch size gets a short run, which measures its throughput (samples_per_s) and the gradient
 noise scale B_simple early in training. ``train.predict_calibration`` says how the two unknowns
-are pinned (``calibration_sizes``):
+are pinned (``calibration_sizes``) and with which shape (``SHAPES``):
 
 - ``noise_scale``: B_noise is the short runs' pooled B_simple (Pollux's estimate of it), so ONE
   full-length run size pins S_min = S(B_c)/(1 + B_noise/B_c). B_c is the grid's geometric
   middle (the size nearest √(smallest·largest)), which halves the extrapolation on either side
   in log terms; one size is the fewest that can pin S_min, since no short run reaches the target.
+- ``corner`` (the default): full-length runs at the two sizes nearest the quartiles of the
+  grid's log range fit S(B) = S_min max(1, B_noise/B), the sharp limit of the same trade-off:
+  perfect scaling up to the critical batch B_noise, no gain beyond. With the learning rate
+  scaled linearly with the batch, the steps on ``config/convergence.yaml`` follow that corner
+  (the samples to the target equal from 16 to 128, then the steps flat), which the smooth curve
+  through any two sizes misses by up to 56% where it bends. Interior sizes cost less than the
+  ends (the smallest takes the most updates, the largest the most samples) and leave each end
+  one grid step (2×) outside the calibrated range.
 - ``two_point``: full-length runs at the smallest and the largest size fit the line by least
   squares, the widest lever arm on the slope, so every other size is an interpolation. It does
   not trust B_simple (which is known to grow during training), at the price of two full-length
@@ -59,7 +67,9 @@ BOOTSTRAP_SEED = 0
 EXTRAPOLATION_FACTOR = 2.0
 
 #: train.predict_calibration's values (the schema holds the default).
-STRATEGIES = ("noise_scale", "two_point")
+STRATEGIES = ("noise_scale", "two_point", "corner")
+#: The shape of S(B) each strategy fits (``Line.shape``).
+SHAPES = {"noise_scale": "hyperbola", "two_point": "hyperbola", "corner": "corner"}
 
 
 class PredictionError(ValueError):
@@ -67,7 +77,8 @@ class PredictionError(ValueError):
 
 
 def calibration_sizes(batch_sizes: Sequence[int], strategy: str) -> tuple[int, ...]:
-    """The batch sizes that get full-length runs under ``strategy``: ``two_point``, the smallest
+    """The batch sizes that get full-length runs under ``strategy``: ``corner``, the two nearest
+    the log range's quartiles (``_quartile_sizes``); ``two_point``, the smallest
     and the largest; ``noise_scale``, the one nearest the geometric middle √(smallest·largest)
     (in log distance; on a tie the larger, which needs fewer updates). A grid of one size
     calibrates on it."""
@@ -78,19 +89,43 @@ def calibration_sizes(batch_sizes: Sequence[int], strategy: str) -> tuple[int, .
         return tuple(sizes)
     if strategy == "two_point":
         return (sizes[0], sizes[-1])
+    if strategy == "corner":
+        return _quartile_sizes(sizes)
     middle = math.sqrt(sizes[0] * sizes[-1])
     return (min(sizes, key=lambda b: (abs(math.log(b / middle)), -b)),)
 
 
+def _quartile_sizes(sizes: list[int]) -> tuple[int, ...]:
+    """``corner``'s two sizes: those nearest the first and third quartiles of the grid's log
+    range (on 16-256: 32 and 128), ties towards the middle; the smallest and the largest when
+    those coincide (a grid of two or three sizes)."""
+    lo, hi = math.log(sizes[0]), math.log(sizes[-1])
+    mid = (lo + hi) / 2
+
+    def nearest(q: float) -> int:
+        return min(sizes, key=lambda b: (abs(math.log(b) - q), abs(math.log(b) - mid)))
+
+    low, high = nearest(lo + (hi - lo) / 4), nearest(lo + 3 * (hi - lo) / 4)
+    return (low, high) if low != high else (sizes[0], sizes[-1])
+
+
 @dataclass(frozen=True)
 class Line:
-    """S(B) = S_min (1 + B_noise/B), fitted to (batch size, steps)."""
+    """Steps to the target against the batch, fitted to (batch size, steps). ``hyperbola``:
+    S(B) = S_min (1 + B_noise/B) (McCandlish et al.); ``corner``: S(B) = S_min max(1, B_noise/B),
+    perfect scaling (E_min = S_min·B_noise samples whatever the batch) up to B_noise, no gain
+    beyond: the sharp limit of the same trade-off, which a learning rate scaled linearly with
+    the batch tends to give (Goyal et al. 2017: the rule holds up to a batch, then breaks)."""
 
     s_min: float
     b_noise: float
+    shape: str = "hyperbola"
 
     def steps(self, batch: np.ndarray | float) -> np.ndarray | float:
-        return self.s_min * (1.0 + self.b_noise / np.asarray(batch, dtype=float))
+        ratio = self.b_noise / np.asarray(batch, dtype=float)
+        if self.shape == "corner":
+            return self.s_min * np.maximum(1.0, ratio)
+        return self.s_min * (1.0 + ratio)
 
 
 def fit_line(batch_sizes: Sequence[float], steps: Sequence[float]) -> Line:
@@ -115,6 +150,29 @@ def fit_line(batch_sizes: Sequence[float], steps: Sequence[float]) -> Line:
             "<= 0"
         )
     return Line(s_min=float(intercept), b_noise=float(slope / intercept))
+
+
+def fit_corner(batch_sizes: Sequence[float], steps: Sequence[float]) -> Line:
+    """The corner S_min max(1, B_noise/B) through the smallest and the largest size: E_min =
+    S(B_lo)·B_lo (the smaller size in perfect scaling), S_min = S(B_hi), or E_min/B_hi when
+    the larger size still scaled perfectly (no corner seen: steps beyond it are extrapolated
+    as perfect scaling, and flagged as extrapolated from 2× on). Raises ``PredictionError``
+    as ``fit_line``."""
+    batch = np.asarray(batch_sizes, dtype=float)
+    s = np.asarray(steps, dtype=float)
+    if len(np.unique(batch)) < 2:
+        raise PredictionError("the fit needs steps to the target at two batch sizes or more")
+    if not (np.all(batch > 0) and np.all(np.isfinite(s)) and np.all(s > 0)):
+        raise PredictionError("the fit needs positive, finite batch sizes and steps")
+    lo, hi = int(np.argmin(batch)), int(np.argmax(batch))
+    if s[hi] > s[lo]:
+        raise PredictionError(
+            "the larger batch needed more steps to the target than the smaller one: no curve "
+            "S_min max(1, B_noise/B) fits"
+        )
+    e_min = float(s[lo] * batch[lo])
+    s_min = max(float(s[hi]), e_min / float(batch[hi]))
+    return Line(s_min=s_min, b_noise=e_min / s_min, shape="corner")
 
 
 def pin_line(batch: float, steps: float, b_noise: float) -> Line:
@@ -199,16 +257,18 @@ def _calibrate(
     noise: tuple[Sequence[float], Sequence[float]] | None,
     resamples: int,
     rng,
+    shape: str = "hyperbola",
 ) -> _Calibrated:
-    """The two-point fit (two calibration sizes or more) or the noise-scale pin (one)."""
+    """The fit of ``shape`` (two calibration sizes or more) or the noise-scale pin (one)."""
     boot_s_min, boot_b_noise = np.full(resamples, np.nan), np.full(resamples, np.nan)
+    fit_curve = fit_corner if shape == "corner" else fit_line
     if len(cal) >= 2:
-        line = fit_line(cal, [v.mean() for v in cal_values])
+        line = fit_curve(cal, [v.mean() for v in cal_values])
         resampled = any(len(v) > 1 for v in cal_values)
         means = _resampled_means(cal_values, resamples, rng) if resampled else []
 
         def fit(r: int) -> Line:
-            return fit_line(cal, means[r])
+            return fit_curve(cal, means[r])
 
     else:
         g2, trace = _noise_arrays(noise)
@@ -247,7 +307,7 @@ def _noise_arrays(
     if len(g2) == 0 or g2.sum() <= 0:
         raise PredictionError(
             "the short runs measured no usable noise scale (none, or noise swamps |G|^2): "
-            "set train.noise_scale_every_steps, or train.predict_calibration: two_point"
+            "set train.noise_scale_every_steps, or train.predict_calibration: corner"
         )
     return g2, trace
 
@@ -307,11 +367,13 @@ def predict(
     noise: tuple[Sequence[float], Sequence[float]] | None = None,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
+    shape: str = "hyperbola",
 ) -> Prediction:
     """Steps and seconds to the target at every batch size of ``speeds``.
 
     ``calibration_steps`` maps each calibration (effective) batch size to its seeds' steps to the
-    target (every seed must have reached it): two sizes or more, the two-point fit; one, the
+    target (every seed must have reached it): two sizes or more, the fit of ``shape`` (``Line``);
+    one, the
     noise-scale pin, with ``noise`` the short runs' unbiased (|G|², tr Σ) measurements or their
     sums per run (the ratio of sums is B_noise; the bootstrap resamples these entries, so per-run
     sums resample runs). ``speeds`` maps every batch size to its runs' samples_per_s (each a
@@ -327,14 +389,15 @@ def predict(
         if len(v) == 0 or not np.all(np.isfinite(v) & (v > 0)):
             raise PredictionError(f"batch size {b}: no measured samples_per_s")
     rng = np.random.default_rng(seed)
-    fitted = _calibrate(cal, cal_values, noise, resamples, rng)
+    fitted = _calibrate(cal, cal_values, noise, resamples, rng, shape)
     times = update_times(speed_values, resamples, rng)
     b_arr = np.asarray(batches, dtype=float)
     steps = np.asarray(fitted.line.steps(b_arr))
     update_s = b_arr * np.exp(-times.log_speed)
     seconds = steps * update_s
     if fitted.resampled:
-        boot_steps = fitted.s_min[:, None] * (1.0 + fitted.b_noise[:, None] / b_arr[None, :])
+        curves = Line(fitted.s_min[:, None], fitted.b_noise[:, None], fitted.line.shape)
+        boot_steps = np.asarray(curves.steps(b_arr[None, :]))
     else:
         boot_steps = np.broadcast_to(steps, (resamples, len(batches)))
     boot_update = b_arr * np.exp(-times.draws) if times.draws is not None else None

@@ -104,7 +104,7 @@ def test_predict_needs_a_target_and_a_short_run_longer_than_the_warmup():
         check(config, SCHEMA)
     assert str(info.value).startswith("config key train.predict: needs train.target_accuracy")
     config["train"]["target_loss"] = 0.5
-    check(config, SCHEMA)  # the default calibration (two_point) needs no noise scale
+    check(config, SCHEMA)  # the default calibration (corner) needs no noise scale
     # noise_scale takes B_noise from the short runs' noise scale
     config["train"]["predict_calibration"] = "noise_scale"
     with pytest.raises(ConfigError) as info:

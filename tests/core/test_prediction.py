@@ -179,3 +179,29 @@ def test_time_tie_set_keeps_what_the_pooled_test_cannot_tell_from_the_fastest():
     assert tie[0] == min((64, 128), key=means.get)
     # one run per batch size: no spread to test with, so nothing is excluded
     assert set(p.time_tie_set({b: v[:1] for b, v in seconds.items()})) == {16, 64, 128}
+
+
+def test_corner_calibrates_on_the_log_quartiles_and_recovers_a_corner():
+    grid = [16, 32, 64, 128, 256]
+    assert p.calibration_sizes(grid, "corner") == (32, 128)
+    # on three sizes the quartiles fall on the middle one: the ends instead
+    assert p.calibration_sizes([16, 64, 256], "corner") == (16, 256)
+    assert p.calibration_sizes([8, 16], "corner") == (8, 16)
+    truth = p.Line(s_min=80.0, b_noise=120.0, shape="corner")
+    cal = {b: [float(truth.steps(b))] * 3 for b in (32, 128)}
+    got = p.predict(cal, {b: [1000.0, 1010.0] for b in grid}, shape="corner")
+    assert (got.line.s_min, got.line.b_noise) == pytest.approx((80.0, 120.0))
+    # perfect scaling below the corner (samples constant), flat above it
+    assert got.at(16).steps == pytest.approx(80.0 * 120 / 16)
+    assert got.at(256).steps == pytest.approx(80.0)
+    # the hyperbola through the same two points misses the flat end by half
+    hyperbola = p.predict(cal, {b: [1000.0, 1010.0] for b in grid})
+    assert hyperbola.at(256).steps < 0.6 * got.at(256).steps
+
+
+def test_corner_without_a_corner_in_range_extrapolates_perfect_scaling():
+    # both calibration sizes scale perfectly (same samples): the corner is at the larger one
+    line = p.fit_corner([32, 128], [400.0, 100.0])
+    assert line.steps(32) == pytest.approx(400.0) and line.steps(256) == pytest.approx(100.0)
+    with pytest.raises(p.PredictionError, match="more steps"):
+        p.fit_corner([32, 128], [100.0, 120.0])

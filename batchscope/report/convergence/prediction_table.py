@@ -7,7 +7,8 @@ size, see docs/results.md) and ``convergence_prediction.png``. Per mode × model
 of one DataLoader worker count):
 
 - calibration: ``core.calibration_sizes`` (the geometric middle under ``noise_scale``, the
-  smallest and the largest under ``two_point``); every seed there must have reached the target,
+  smallest and the largest under ``two_point``, the log range's quartiles under ``corner``);
+  every seed there must have reached the target,
   else the prediction is one line saying so (``note``), never a guess;
 - samples_per_s: each batch size's ok runs (short or full) in the pooled model of log
   throughput (its geometric mean), which gives the time per update and its interval;
@@ -273,12 +274,12 @@ def _model_rows(
     early_rows, late_rows = _noise_rows(curves, ok, cal, predict_steps)
     early = core.pooled_noise_scale(*_g2_trace(early_rows))
     try:
-        if calibration == "two_point" and len(cal) < 2:
+        if calibration != "noise_scale" and len(cal) < 2:
             raise core.PredictionError("the sweep has fewer than two batch sizes to calibrate on")
         steps = _calibration_steps(runs, cal)
         speeds = {b: _speeds(ok[ok["batch"] == b]) for b in batches}
         noise = _g2_trace(early_rows, by_run=True) if len(cal) == 1 else None
-        result = core.predict(steps, speeds, noise=noise)
+        result = core.predict(steps, speeds, noise=noise, shape=core.SHAPES[calibration])
     except core.PredictionError as exc:
         for row in rows.values():
             row["note"] = f"no prediction: {exc}"
