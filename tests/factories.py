@@ -263,6 +263,7 @@ def fake_result(
         "base_lr": 0.1 if train else None,
         "lr_scaling": "none" if train else None,
         "lr_warmup_steps": 0 if train else None,
+        "loss_used": "cross_entropy" if train else None,
         "batchnorm_layers": 0 if train else None,
         "final_loss": 1.5 if train and ok else None,
         "val_accuracy": 0.4 if train and ok else None,
