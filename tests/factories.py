@@ -192,6 +192,8 @@ def fake_result(
         **grid,
         "status": status,
         "error": "DefaultCPUAllocator: can't allocate memory" if status == "oom" else None,
+        "oom_rank": 0 if status == "oom" else None,
+        "oom_step": 1 if status == "oom" else None,
         "stopped_early": False,
         "samples_per_s": 1000.0 if ok else None,
         "tokens_per_s": 1000.0 * grid["sequence_length"]

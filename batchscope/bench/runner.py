@@ -276,6 +276,10 @@ def run(
     if spec.mode == "train":
         training = _Training(model, runnable, spec, device, loader, val_data, group)
     step_fn = training.step_fn if training else infer_step(runnable, spec, device)
+    if group is not None:
+        from batchscope.bench import ddp
+
+        step_fn = ddp.injected_oom(step_fn, group.rank)
     log = StepLog()
     host = measure.HostMemory()
     if spec.num_workers > 0 and batches is None:  # no workers, no thread beside the steps
