@@ -75,6 +75,24 @@ cols = ["mode", "batch_size", "devices", "round", "status", "samples_per_s", "sa
 print(pd.read_csv(sys.argv[1])[cols].to_string(index=False))
 PY
     grep -i "devices" "$out-ddp/results/recommendation.md" || true
+    # issue 25: a rank out of memory is the point's result, not a hang: rank 1 fails at its
+    # third step while rank 0 goes on into the step's NCCL all-reduce; rank 1 writes the oom
+    # result and exits, torchrun stops rank 0 at once (not after the 10-minute timeout)
+    oom="$out-ddp-oom"
+    point="results/runs/train/resnet18/bs256_acc1_nw4_dev2_seed0_round1.json"
+    mkdir -p "$oom"
+    printf 'devices: [2]\nmodes: [train]\nbatch_sizes: [256]\nnum_workers: [4]\n' > "$oom/oom.yaml"
+    started=$SECONDS
+    BATCHSCOPE_OOM_AT=1:3 timeout 300 snakemake -s "$repo/Snakefile" --directory "$oom" "$point" \
+        --configfile "$repo/config/gpu_check.yaml" "$oom/oom.yaml" --cores "$(nproc)"
+    echo "the oom point: $((SECONDS - started)) s, model check included"
+    python - "$oom/$point" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print({k: r[k] for k in ("status", "oom_rank", "oom_step", "world_size", "steps_run", "error")})
+assert (r["status"], r["oom_rank"], r["oom_step"]) == ("oom", 1, 3), r
+PY
+    tail -n 1 "$oom/logs/bench/train/resnet18/bs256_acc1_nw4_dev2_seed0_round1.log"
 else
     echo "multi-GPU check skipped: ${gpus:-0} GPU(s), it needs 2"
 fi

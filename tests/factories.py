@@ -192,6 +192,8 @@ def fake_result(
         **grid,
         "status": status,
         "error": "DefaultCPUAllocator: can't allocate memory" if status == "oom" else None,
+        "oom_rank": 0 if status == "oom" else None,
+        "oom_step": 1 if status == "oom" else None,
         "stopped_early": False,
         "samples_per_s": 1000.0 if ok else None,
         "tokens_per_s": 1000.0 * grid["sequence_length"]
@@ -263,6 +265,7 @@ def fake_result(
         "base_lr": 0.1 if train else None,
         "lr_scaling": "none" if train else None,
         "lr_warmup_steps": 0 if train else None,
+        "loss_used": "cross_entropy" if train else None,
         "batchnorm_layers": 0 if train else None,
         "final_loss": 1.5 if train and ok else None,
         "val_accuracy": 0.4 if train and ok else None,

@@ -61,6 +61,31 @@ class Group:
         return tensors
 
 
+#: Test hook: ``RANK:STEP`` makes that rank run out of memory at that step (1-based, as the
+#: steps CSV counts), before the step's work, as a CUDA allocator would: its peers go on into
+#: the step's all-reduce, which it never joins.
+OOM_AT_ENV = "BATCHSCOPE_OOM_AT"
+
+
+def injected_oom(step_fn, rank: int):
+    """``step_fn``, or with :data:`OOM_AT_ENV` naming this rank, a step function that raises
+    ``torch.OutOfMemoryError`` at the step it names."""
+    where = os.environ.get(OOM_AT_ENV, "")
+    oom_rank, _, oom_step = where.partition(":")
+    if oom_rank != str(rank):
+        return step_fn
+    count = 0
+
+    def step(x, y, clock):
+        nonlocal count
+        count += 1
+        if count == int(oom_step):
+            raise torch.OutOfMemoryError(f"{OOM_AT_ENV}: rank {rank} out of memory (injected)")
+        return step_fn(x, y, clock)
+
+    return step
+
+
 def from_environment() -> tuple[int, int, int, int]:
     """(rank, world size, local rank, local world size) as torchrun sets them; one process
     without it."""

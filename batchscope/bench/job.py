@@ -13,7 +13,10 @@ than memory (``status: cannot_run``: BatchNorm refusing batch 1, say). A run on 
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m batchscope.bench SPEC ...
 
 where each rank measures its share and rank 0 alone writes the result; a rank that fails
-prints ``batchscope bench: rank R of N: error: ...`` (and torchrun stops the others). A
+prints ``batchscope bench: rank R of N: error: ...`` (and torchrun stops the others). A rank
+out of memory writes the point's ``oom`` result itself, naming the rank and the step, and
+exits with ``RANK_OOM_EXIT``: torchrun stops the others, which wait in an all-reduce it will
+never join (``batchscope.bench.torchrun_failure`` then keeps the result). A
 compute-only ceiling run (spec kind ``ceiling``) steps over a few batches built on the device
 before the clock (``batchscope.bench.data.DeviceBatches``), not a DataLoader. Imports no
 plotting library.
@@ -28,6 +31,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
+from batchscope.bench.torchrun_failure import RANK_OOM_EXIT
 from batchscope.core import results
 from batchscope.core.spec import RunSpec, SpecError
 
@@ -255,11 +259,9 @@ def _bench(spec: RunSpec, args: argparse.Namespace) -> int:
         context["foreign"] = foreign
         measured = (outcome, steps)
         return _finish_distributed(spec, args, group, measured, flops, context, model, clock)
-    result = _result(spec, outcome, flops, context, torch.get_num_threads())
-    result.update(models.result_fields(spec.model_entry, model))
     # after the validation pass too, the allocator's cache still held: the search's judgement
-    result["cuda_peak_device_mb"] = measure.cuda_peak_device_mb(device)
-    result["started_at"] = started_at
+    peak_mb = measure.cuda_peak_device_mb(device)
+    result = _full_result(spec, outcome, flops, context, model, peak_mb)
     _write(args, result, steps, clock, context["phases"])
     summary = {k: result[k] for k in ("status", "samples_per_s", "peak_mem_mb", "val_accuracy")}
     print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
@@ -285,19 +287,48 @@ def _write(args: argparse.Namespace, result: dict, steps: list[dict], clock, pha
     results.write_json(args.output, result)
 
 
-def _finish_distributed(spec, args, group, measured, flops, context, model, clock) -> int:
-    """Gather every rank's measurement on rank 0, which writes the result; the others write
-    nothing. A rank out of memory fails the job: the others are held in an all-reduce it will
-    never join, and torchrun stops them once it has exited."""
+def _full_result(spec, outcome: dict, flops, context: dict, model, cuda_peak_mb) -> dict:
+    """:func:`_result` with the model's fields, the device's peak and the start time."""
     import torch
 
-    from batchscope.bench import ddp, measure, models
+    from batchscope.bench import models
+
+    result = _result(spec, outcome, flops, context, torch.get_num_threads())
+    result.update(models.result_fields(spec.model_entry, model))
+    result["cuda_peak_device_mb"] = cuda_peak_mb
+    result["started_at"] = context["started_at"]
+    return result
+
+
+def _finish_rank_oom(spec, args, group, measured, flops, context, model, clock) -> int:
+    """This rank ran out of memory: it writes the point's ``oom`` result, naming itself and the
+    step, from its own measurement, then exits with ``RANK_OOM_EXIT`` at once. Its peers wait
+    in an all-reduce it will never join (a gather, or the gradients' inside a step): torchrun
+    stops them once it has exited, and the workflow keeps the result. Nothing here waits for
+    another rank. Should several ranks run out, the result is the last one's to be written."""
+    from batchscope.bench import measure
+
+    outcome, steps = measured
+    where = f"rank {group.rank} of {group.world_size}"
+    if outcome.get("oom_step") is not None:
+        where += f", step {outcome['oom_step']}"
+    outcome["error"] = f"{where}: {outcome['error']}"[:500]
+    outcome.update(world_size=group.world_size, oom_rank=group.rank)
+    peak_mb = measure.cuda_peak_device_mb(context["device"])
+    result = _full_result(spec, outcome, flops, context, model, peak_mb)
+    _write(args, result, steps, clock, context["phases"])
+    print(f"batchscope bench: out of memory: {outcome['error']}", file=sys.stderr)
+    return RANK_OOM_EXIT
+
+
+def _finish_distributed(spec, args, group, measured, flops, context, model, clock) -> int:
+    """Gather every rank's measurement on rank 0, which writes the result; the others write
+    nothing. A rank out of memory writes the result itself (:func:`_finish_rank_oom`)."""
+    from batchscope.bench import ddp, measure
 
     outcome, steps = measured
     if outcome["status"] == "oom":
-        error = f"batchscope bench: rank {group.rank} of {group.world_size}: error:"
-        print(f"{error} out of memory: {outcome['error']}", file=sys.stderr)
-        return 1
+        return _finish_rank_oom(spec, args, group, measured, flops, context, model, clock)
     mine = {key: outcome.get(key) for key in ddp.GATHERED}
     mine["cuda_peak_device_mb"] = measure.cuda_peak_device_mb(context["device"])
     mine["own_cpu_s"], mine["host"] = context["foreign"].own_s, os.uname().nodename
@@ -311,11 +342,8 @@ def _finish_distributed(spec, args, group, measured, flops, context, model, cloc
         siblings = [r["own_cpu_s"] or 0.0 for r in ranks[1:] if r["host"] == ranks[0]["host"]]
         foreign.discount(foreign.foreign_cpu_s - sum(siblings))
         outcome.update(foreign.fields())
-    result = _result(spec, outcome, flops, context, torch.get_num_threads())
-    result.update(models.result_fields(spec.model_entry, model))
     peaks = [r["cuda_peak_device_mb"] for r in ranks if r["cuda_peak_device_mb"] is not None]
-    result["cuda_peak_device_mb"] = max(peaks) if peaks else None
-    result["started_at"] = context["started_at"]
+    result = _full_result(spec, outcome, flops, context, model, max(peaks) if peaks else None)
     _write(args, result, steps, clock, context["phases"])
     summary = {k: result[k] for k in ("status", "samples_per_s", "samples_per_s_per_rank")}
     print(f"batchscope bench: done {json.dumps(summary)}", file=sys.stderr)
@@ -361,6 +389,8 @@ def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) ->
         "seed": spec.seed,
         "round": spec.round,
         "world_size": outcome.pop("world_size", 1),
+        # the rank out of memory: 0 on one device
+        "oom_rank": outcome.pop("oom_rank", 0 if outcome["status"] == "oom" else None),
         "global_batch_size": spec.global_batch_size,
         "samples_per_s_per_rank": outcome.pop(
             "samples_per_s_per_rank",

@@ -23,8 +23,9 @@ Energy (``batchscope.bench.energy``): where a counter can be read, it is read ju
 first measured step and after the last, the device synchronised at both (once each, never per
 step), so the warm-up and the diagnostic steps are outside the span.
 
-An allocator failure ends the run with ``status: oom``, a non-finite training loss with
-``status: diverged``; anything else propagates and fails the job. The batch size is never changed.
+An allocator failure ends the run with ``status: oom`` (``oom_step``: the step it hit, its
+hooks included), a non-finite training loss with ``status: diverged``; anything else
+propagates and fails the job. The batch size is never changed.
 """
 
 from __future__ import annotations
@@ -207,6 +208,8 @@ class LoopState:
         self.phases = TRAIN_PHASES if spec.mode == "train" else INFER_PHASES
         self.clock = StepClock(device)
         self.status, self.error = "ok", None
+        self.at_step = 0  # the step under way (1-based), its hooks included
+        self.oom_step: int | None = None  # the step that ran out of memory
         self.steps: list[_Step] = []
         self.stamps: dict[str, float] = {}
         self.dry_run_mb = None
@@ -411,6 +414,7 @@ def measured_loop(
         if not measure.is_oom(exc):
             raise
         state.status, state.error = "oom", str(exc).strip().splitlines()[0][:500]
+        state.oom_step = state.at_step
     finally:
         if utilisation is not None:
             utilisation.active = False
@@ -453,6 +457,7 @@ def _timed_steps(
     pauses: list = []  # spans off the clock inside the step under way
     host_paused = 0.0  # their host seconds, from the last step's after-hook
     while True:
+        state.at_step = state.step + 1
         phase = state.next_phase()
         if phase == "measured" and energy.active and not energy.started:
             state.clock.settle()  # the warm-up's work done before the span opens
@@ -536,6 +541,7 @@ def _diagnostic_steps(state: LoopState, batches: Iterator, step_fn: Callable, lr
     state.clock.settle()
     prev, t_prev = state.clock.mark(), time.perf_counter()
     for _ in range(state.measure.diagnostic_steps):
+        state.at_step = state.step + 1
         t_ready = time.perf_counter()
         x, y = next(batches)
         t_data = time.perf_counter()

@@ -63,6 +63,7 @@ def timing_result(state: LoopState, seconds: list[float], last_loss: float | Non
     result = {
         "status": state.status,
         "error": state.error,
+        "oom_step": state.oom_step,
         "steps_run": state.step,
         "warmup_steps": state.measure.warmup_steps,
         "measured_steps": len(step_s),

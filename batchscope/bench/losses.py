@@ -81,12 +81,26 @@ def output_loss(choice: str) -> Callable:
     return _from_file(choice)
 
 
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose ``forward`` the run calls in the end: through torch.compile's wrapper
+    (``_orig_mod``) and DDP's or DataParallel's (``module``), in any order. Their own
+    ``forward`` takes ``*args, **kwargs`` and says nothing of the labels."""
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, DistributedDataParallel | DataParallel):
+            model = model.module
+        else:
+            return model
+
+
 def takes_labels(model: torch.nn.Module) -> bool:
-    """Whether ``model.forward`` takes ``labels`` (Hugging Face style); a compiled module is
-    asked of the module it wraps."""
-    module = getattr(model, "_orig_mod", model)
+    """Whether the forward of the model inside ``model`` (:func:`unwrapped`) takes ``labels``
+    (Hugging Face style)."""
     try:
-        return "labels" in inspect.signature(module.forward).parameters
+        return "labels" in inspect.signature(unwrapped(model).forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -98,24 +112,41 @@ def own_loss(output) -> torch.Tensor | None:
     return getattr(output, "loss", None)
 
 
-def forward_loss(model: torch.nn.Module, choice: str) -> Callable:
-    """``loss(x, y)``: a forward pass of ``model`` on ``x`` and its loss against ``y``, by
-    ``train.loss`` (``choice``)."""
-    from_output = output_loss(choice)
-    if choice not in ("auto", "model"):
-        return lambda x, y: from_output(model(x), y)
-    labels = takes_labels(model)
+#: ``loss_used`` of a run whose steps took the loss the model returned.
+MODEL_OWN = "model"
 
-    def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        output = model(x, labels=y) if labels else model(x)
+
+class ForwardLoss:
+    """``loss(x, y)``: a forward pass of ``model`` on ``x`` and its loss against ``y``, by
+    ``train.loss`` (``choice``). ``used`` names the loss the last call computed (the result's
+    ``loss_used``): ``model`` for the model's own, else ``cross_entropy``, ``mse`` or the
+    ``file.py:function``; None before the first call."""
+
+    def __init__(self, model: torch.nn.Module, choice: str):
+        self.model, self.choice = model, choice
+        self.from_output = output_loss(choice)
+        self.output_name = "cross_entropy" if choice in ("auto", "model") else choice
+        self.labels = choice in ("auto", "model") and takes_labels(model)
+        self.used: str | None = None
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.choice not in ("auto", "model"):
+            self.used = self.output_name
+            return self.from_output(self.model(x), y)
+        output = self.model(x, labels=y) if self.labels else self.model(x)
         own = own_loss(output)
         if own is not None:
+            self.used = MODEL_OWN
             return own
-        if choice == "model":
+        if self.choice == "model":
             raise LossError(
                 "train.loss: model, but the model returned no loss"
-                + ("" if labels else " (its forward takes no labels)")
+                + ("" if self.labels else " (its forward takes no labels)")
             )
-        return from_output(output, y)
+        self.used = self.output_name
+        return self.from_output(output, y)
 
-    return loss
+
+def forward_loss(model: torch.nn.Module, choice: str) -> ForwardLoss:
+    """``loss(x, y)`` of ``model`` by ``train.loss`` (``choice``): :class:`ForwardLoss`."""
+    return ForwardLoss(model, choice)

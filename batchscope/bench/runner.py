@@ -166,7 +166,13 @@ class _Training:
             self.before, self.after = _convergence_hooks(
                 model, spec, device, self.eval_loader, self.noise, group
             )
-        self.step_fn = train_step(runnable, self.optimizer, spec, device, scheduler)
+        from batchscope.bench.losses import forward_loss
+
+        # asked of the model inside the DDP and compile wrappers: whether it takes labels
+        self.loss_of = forward_loss(runnable, train.loss)
+        self.step_fn = train_step(
+            runnable, self.optimizer, spec, device, scheduler, loss_of=self.loss_of
+        )
 
     def _val_loaders(self, spec: RunSpec, device, val_data) -> None:
         train = spec.train
@@ -186,6 +192,7 @@ class _Training:
         result["base_lr"] = spec.train.lr
         result["lr_scaling"] = spec.train.lr_scaling
         result["lr_warmup_steps"] = self.warmup
+        result["loss_used"] = self.loss_of.used
         result["batchnorm_layers"] = sum(
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()
         )
@@ -269,6 +276,10 @@ def run(
     if spec.mode == "train":
         training = _Training(model, runnable, spec, device, loader, val_data, group)
     step_fn = training.step_fn if training else infer_step(runnable, spec, device)
+    if group is not None:
+        from batchscope.bench import ddp
+
+        step_fn = ddp.injected_oom(step_fn, group.rank)
     log = StepLog()
     host = measure.HostMemory()
     if spec.num_workers > 0 and batches is None:  # no workers, no thread beside the steps
@@ -300,7 +311,7 @@ def run(
     # the worker start-up and the first batch's loading
     first_compute_s = result.pop("first_step_compute_s")
     result["compile_s"] = first_compute_s if spec.compute.compile else None
-    result.update(lr=None, base_lr=None, lr_scaling=None, lr_warmup_steps=None)
+    result.update(lr=None, base_lr=None, lr_scaling=None, lr_warmup_steps=None, loss_used=None)
     result["batchnorm_layers"] = None
     result["accumulation_steps"] = spec.accumulation_steps
     result["effective_batch_size"] = spec.effective_batch_size

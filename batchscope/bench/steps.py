@@ -79,17 +79,19 @@ def to_device(x, y, device: torch.device, spec: RunSpec):
     )
 
 
-def train_step(model, optimizer, spec: RunSpec, device: torch.device, scheduler=None):
+def train_step(model, optimizer, spec: RunSpec, device: torch.device, scheduler=None, loss_of=None):
     """One optimizer update over the loader's batch (``effective_batch_size`` samples), in
     ``accumulation_steps`` micro-batches of ``batch_size`` (each loss weighted by its share, so
     the gradient is the whole batch's). Under DDP the gradients are all-reduced once per
-    update: the micro-batches before the last run under ``no_sync``."""
+    update: the micro-batches before the last run under ``no_sync``. ``loss_of``: the
+    forward pass and its loss (default: ``train.loss``'s, ``batchscope.bench.losses``)."""
     from batchscope.bench.losses import forward_loss
 
     precision = spec.compute.precision
     no_sync = getattr(model, "no_sync", None)  # DDP (a compiled DDP forwards it too)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    loss_of = forward_loss(model, spec.train.loss)
+    if loss_of is None:
+        loss_of = forward_loss(model, spec.train.loss)
 
     def step(x: torch.Tensor, y: torch.Tensor, clock) -> torch.Tensor:
         clock.start()

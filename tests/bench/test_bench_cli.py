@@ -116,6 +116,8 @@ def test_the_result_follows_the_result_schema(tmp_path, shape):
     result = json.loads(out.with_suffix(".json").read_text())
     results.validate_result(result)
     assert result["status"] == ("oom" if shape == "out of memory" else "ok")
+    if shape == "out of memory":  # a real allocator failure, in the first step: on one device
+        assert (result["oom_rank"], result["oom_step"]) == (0, 1)
     with open(f"{out}.steps.csv") as handle:
         assert handle.readline().strip().split(",") == list(results.STEP_COLUMNS)
     # where the process's time went: the phases add up to it (to the clock's tick)

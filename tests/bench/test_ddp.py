@@ -117,3 +117,49 @@ def test_a_two_device_spec_run_as_one_process_is_one_line(tmp_path, monkeypatch,
         " with python -m torch.distributed.run --nproc-per-node 2\n"
     )
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_rank_out_of_memory_keeps_the_points_oom_result(tmp_path, capsys):
+    from batchscope.bench import torchrun_failure
+    from batchscope.core import results
+    from tests.factories import fake_result
+
+    log, result = tmp_path / "job.log", tmp_path / "r.json"
+    log.write_text(ROOT_CAUSE)
+    error = "rank 1 of 2, step 3: CUDA out of memory"
+    results.write_json(result, fake_result(status="oom", error=error, oom_rank=1, oom_step=3))
+    argv = [str(log), "--devices", "2", "--result", str(result)]
+    assert torchrun_failure.main(argv) == 0  # the job succeeds: the point has its answer
+    line = f"batchscope bench: out of memory, the point's result is oom: {error}"
+    assert log.read_text().splitlines()[-1] == line
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_a_failed_run_without_an_oom_result_fails_its_job_with_the_ranks_line(tmp_path):
+    from batchscope.bench import torchrun_failure
+    from batchscope.core import results
+    from tests.factories import fake_result
+
+    log, result = tmp_path / "job.log", tmp_path / "r.json"
+    log.write_text(ROOT_CAUSE)
+    argv = [str(log), "--devices", "2", "--result", str(result)]
+    assert torchrun_failure.main(argv) == 1  # no result at all
+    results.write_json(result, fake_result(status="ok"))
+    assert torchrun_failure.main(argv) == 1  # rank 0's result, then a failure: not kept
+    died = "batchscope bench: rank 1 of 2 died: exit code -9 (SIGKILL)"
+    assert log.read_text().splitlines()[-2:] == [died, died]
+
+
+def test_the_injected_oom_hits_only_its_rank_at_its_step(monkeypatch):
+    monkeypatch.setenv(ddp.OOM_AT_ENV, "1:2")
+    calls = []
+
+    def step(x, y, clock):
+        calls.append(x)
+
+    assert ddp.injected_oom(step, rank=0) is step
+    oom = ddp.injected_oom(step, rank=1)
+    oom(1, None, None)
+    with pytest.raises(torch.OutOfMemoryError):
+        oom(2, None, None)
+    assert calls == [1]  # the step that ran out did no work

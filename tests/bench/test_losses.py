@@ -78,3 +78,51 @@ def test_a_loss_from_a_file(tmp_path):
     assert torch.allclose(loss, (model(X).sum() - Y.sum()) / 2)
     with pytest.raises(losses.LossError, match="has no function 'nope'"):
         losses.forward_loss(model, f"{tmp_path / 'myloss.py'}:nope")
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A gloo process group of one process, for models under DDP."""
+    dist = torch.distributed
+    store = f"file://{tmp_path / 'store'}"
+    dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_under_ddp_and_compile_auto_still_asks_the_model_inside_for_its_loss(one_process_group):
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = OwnLoss()
+    wrapped = DistributedDataParallel(model)
+    compiled = torch.compile(wrapped)  # compiles lazily: nothing runs here
+    assert losses.unwrapped(wrapped) is model and losses.unwrapped(compiled) is model
+    assert losses.takes_labels(wrapped) and losses.takes_labels(compiled)
+    loss_of = losses.forward_loss(wrapped, "auto")
+    # the model's own loss (not cross-entropy, which the wrapper's signature used to give)
+    assert torch.allclose(loss_of(X, Y), model.linear(X).pow(2).mean() + 7.0)
+    assert loss_of.used == "model"
+
+
+def test_a_hugging_face_model_under_ddp_uses_its_own_loss(one_process_group):
+    transformers = pytest.importorskip("transformers")
+    from torch.nn.parallel import DistributedDataParallel
+
+    config = transformers.AutoConfig.for_model(
+        "gpt2", n_layer=1, n_embd=32, n_head=2, vocab_size=64
+    )
+    model = DistributedDataParallel(transformers.AutoModelForCausalLM.from_config(config))
+    ids = torch.randint(64, (2, 8))
+    loss_of = losses.forward_loss(model, "auto")
+    assert loss_of.used is None
+    loss_of(ids, ids).backward()
+    assert loss_of.used == "model"
+
+
+def test_the_loss_used_names_the_fallback_and_the_configured_loss():
+    auto = losses.forward_loss(nn.Linear(4, 3), "auto")
+    auto(X, Y)
+    assert auto.used == "cross_entropy"
+    mse = losses.forward_loss(nn.Linear(4, 3), "mse")
+    mse(X, Y)
+    assert mse.used == "mse"

@@ -84,12 +84,14 @@ def test_train_records_loss_lr_and_validation_accuracy():
     assert all(s["lr"] == 0.01 and math.isfinite(s["loss"]) for s in steps)
     assert result["final_loss"] == steps[-1]["loss"]
     assert 0.0 <= result["val_accuracy"] <= 1.0
+    assert result["loss_used"] == "cross_entropy"  # auto, for a model that takes no labels
 
 
 def test_infer_has_no_loss_and_no_accuracy():
     result, steps = _run(mode="infer", max_steps=5)
     assert result["status"] == "ok"
     assert result["final_loss"] is None and result["val_accuracy"] is None
+    assert result["loss_used"] is None
     assert all(s["loss"] is None for s in steps)
 
 

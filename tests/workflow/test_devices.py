@@ -1,9 +1,11 @@
 """The devices axis end to end on the CPU: a point on two devices runs as two gloo processes
 started by torchrun; a rank that dies fails its job with one line naming it, and the rerun
-recomputes only that point; the summary, the plot and the recommendation carry the axis.
+recomputes only that point; a rank out of memory is the point's result; the summary, the plot
+and the recommendation carry the axis.
 
-One sweep (small_cnn, one batch size, no workers, one round, a few steps) serves every test:
-first run with rank 1 of the two-device job killed, then run again."""
+One sweep (small_cnn, one batch size, no workers, one round, a few steps) serves most tests:
+first run with rank 1 of the two-device job killed, then run again. The out-of-memory test
+runs the two-device point alone."""
 
 import json
 import math
@@ -12,6 +14,7 @@ import os
 import pandas as pd
 import pytest
 
+from batchscope.bench.ddp import OOM_AT_ENV
 from batchscope.bench.job import FAULT_RANK_ENV
 from batchscope.core import paths
 from tests.workflow.helpers import is_png, job_counts, snakemake, write_config
@@ -120,6 +123,25 @@ def test_the_scaling_plot_and_a_recommendation_per_devices_value(sweep):
     answers = json.loads((workdir / "results" / "recommendation.json").read_text())["answers"]
     assert sorted(a["devices"] for a in answers) == [1, 2]
     assert "On 2 devices" in (workdir / "results" / "recommendation.md").read_text()
+
+
+def test_a_rank_out_of_memory_is_the_points_result_and_the_others_stop(tmp_path):
+    config = write_config(tmp_path, **{**TINY, "devices": [2]})
+    args = [f"{TWO}.json", "--cores", "2", "--configfile", str(config)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(OOM_AT_ENV, "1:3")  # rank 1, at its third step; rank 0 goes on into it
+        # far below the 10 minutes rank 0 would wait in the all-reduce for rank 1
+        done = snakemake(tmp_path, *args, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads((tmp_path / f"{TWO}.json").read_text())
+    assert (result["status"], result["oom_rank"], result["oom_step"]) == ("oom", 1, 3)
+    assert result["error"].startswith("rank 1 of 2, step 3: ")
+    assert (result["world_size"], result["steps_run"]) == (2, 2)
+    assert (tmp_path / f"{TWO}.steps.csv").exists()
+    log = (tmp_path / paths.log_of(TWO)).read_text().splitlines()
+    assert log[-1].startswith("batchscope bench: out of memory, the point's result is oom: rank 1")
+    rerun = snakemake(tmp_path, *args, "-n")
+    assert "Nothing to be done" in rerun.stdout + rerun.stderr  # the point has its answer
 
 
 def _planned_jobs(output: str) -> dict[str, tuple[str, str]]:

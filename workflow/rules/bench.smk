@@ -37,7 +37,8 @@ rule bench:
 # (DDP), rank 0 writing the result. On SLURM the rule's resources ask for the N devices on one
 # node, or whole nodes for a run larger than one (`slurm.gpus_per_node`), and the job runs the
 # command itself (`mpi`), so that it starts torchrun once per node (srun) rather than once per
-# task. A rank that fails ends the job with a line naming it (batchscope.bench.torchrun_failure).
+# task. A rank that fails ends the job with a line naming it (batchscope.bench.torchrun_failure);
+# a rank out of memory writes the point's oom result, which the job keeps.
 rule bench_ddp:
     input:
         spec=paths.spec_of(RUN),
@@ -72,8 +73,8 @@ rule bench_ddp:
     shell:
         "PYTHONHASHSEED={wildcards.seed} {params.launcher} -m batchscope.bench {input.spec:q}"
         " --threads {threads} --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
-        " || {{ python -m batchscope.bench.torchrun_failure {log:q} --devices {params.devices}"
-        " | tee -a {log:q} >&2; exit 1; }}"
+        " || python -m batchscope.bench.torchrun_failure {log:q} --devices {params.devices}"
+        " --result {output.result:q}"
 
 
 # The compute-only ceiling of each mode x model x batch size: synthetic tensors, no workers.
