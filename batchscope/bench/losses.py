@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from batchscope.bench.models import logits_of
-from batchscope.core.models import LOSSES
+from batchscope.core.model_entries import LOSSES
 
 #: The losses named in the config (the core's list); anything else is ``file.py:function``.
 NAMED = LOSSES

@@ -6,8 +6,8 @@ Imports the model's library or factory, builds the model once, loads its weights
 forward pass on one sample of the dataset's shape on the CPU; then writes what it found
 (parameters, FLOPs per sample, the input it was fed, its output, dtype). Any mistake in the
 model's entry is one line naming it, and exit status 1: the benchmark jobs, which depend on
-this file, never start. The spec (:func:`batchscope.core.models.check_spec`) is the model's
-entry and the input's shape.
+this file, never start. The spec (:func:`batchscope.core.model_check_spec.check_spec`) is the
+model's entry and the input's shape.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from batchscope.core import results
-from batchscope.core.models import HF_IMAGE_TASKS, ModelSpec
+from batchscope.core.model_entries import HF_IMAGE_TASKS, ModelSpec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,5 +1,5 @@
 """Models: a small built-in CNN, a torchvision or timm model by name, the user's own factory, or
-a Hugging Face transformer (the config's ``models`` entries, :mod:`batchscope.core.models`).
+a Hugging Face transformer (the config's ``models`` entries, :mod:`batchscope.core.model_entries`).
 
 torchvision, timm and transformers are imported only to build one of their models: the small
 CNN needs torch alone. Nothing is downloaded: weights come only from local files. Every mistake
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from batchscope.core.models import SMALL_CNN, ModelSpec, hf_image_conflict
+from batchscope.core.model_entries import SMALL_CNN, ModelSpec, hf_image_conflict
 
 
 class ModelError(ValueError):
@@ -266,7 +266,7 @@ def token_facts(entry: ModelSpec) -> dict[str, Any]:
 
 def _hf_image_config(entry: ModelSpec, config, data: dict[str, int | None]) -> None:
     """Size an image classifier's config to the data (``data``:
-    :data:`~batchscope.core.models.HF_IMAGE_KEYS` to their values, None where not known): its
+    :data:`~batchscope.core.model_entries.HF_IMAGE_KEYS` to their values, None where not known): its
     ``num_labels``, and ``num_channels`` and ``image_size`` where the config has them (a side
     the config keeps as a list stays a list); an override in the entry's ``config`` that
     contradicts the data is an error naming the entry."""

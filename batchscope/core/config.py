@@ -22,7 +22,7 @@ import yaml
 from jsonschema.exceptions import best_match
 
 from batchscope.core import datasets, grid, model_inputs
-from batchscope.core import models as model_names
+from batchscope.core import model_entries as model_names
 
 #: The contract: the config's JSON Schema, with every key's default (in this checkout).
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -175,8 +175,8 @@ def resolve_paths(config: Mapping[str, Any], base_dirs: Sequence[str]) -> dict[s
     """A copy of ``config`` with its relative data paths (``dataset.path``, ``dataset.mirrors``
     that are plain folders) absolute: under the first of ``base_dirs`` that has them (the
     workflow passes the config file's folder, then the working directory, as for the paths of
-    model entries: :mod:`batchscope.core.models`). A path found in none is left as written, for
-    :func:`check` to name."""
+    model entries: :mod:`batchscope.core.model_entries`). A path found in none is left as
+    written, for :func:`check` to name."""
     resolved = copy.deepcopy(dict(config))
     dataset = resolved.get("dataset")
     if not isinstance(dataset, dict):

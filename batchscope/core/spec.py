@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from batchscope.core import datasets, models, paths, results
+from batchscope.core import datasets, model_entries, paths, results
 from batchscope.core.grid import MODES
-from batchscope.core.models import ModelSpec
+from batchscope.core.model_entries import ModelSpec
 
 #: What a job measures: a grid point, the compute-only ceiling of one, or one trial of the
 #: largest-batch search.
@@ -337,8 +337,8 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
             vocab_size=None if text else cfg.get("vocab_size"),
             path=os.path.abspath(cfg["path"]) if text else None,
             tokenizer=os.path.abspath(tokenizer) if tokenizer else None,
-            sha256=models.sha256_of(os.path.abspath(cfg["path"])) if text else None,
-            tokenizer_sha256=models.folder_sha256(tokenizer) if tokenizer else None,
+            sha256=model_entries.sha256_of(os.path.abspath(cfg["path"])) if text else None,
+            tokenizer_sha256=model_entries.folder_sha256(tokenizer) if tokenizer else None,
         )
     prepared = name not in ("synthetic", datasets.PYTHON) and tokens is None
     root = paths.DATASET_DIR.format(dataset=name) if prepared else None
@@ -365,9 +365,11 @@ def dataset_spec(config: Mapping[str, Any]) -> DatasetSpec:
 
 def python_dataset_spec(cfg: Mapping[str, Any], dirs: list[str] | None = None) -> PythonDatasetSpec:
     """A ``python`` dataset's factory, its file found (``dirs``, else the working directory:
-    the workflow makes the path absolute first) and hashed; :class:`models.ModelEntryError`
+    the workflow makes the path absolute first) and hashed; :class:`model_entries.ModelEntryError`
     names the dataset when it is not there."""
-    factory, sha = models.resolve_factory("dataset python", cfg["factory"], dirs or [os.getcwd()])
+    factory, sha = model_entries.resolve_factory(
+        "dataset python", cfg["factory"], dirs or [os.getcwd()]
+    )
     return PythonDatasetSpec(
         factory=factory,
         kwargs=dict(cfg.get("kwargs") or {}),
@@ -437,7 +439,7 @@ def build(
             TrainSpec,
             config["train"],
             validate=validate,
-            loss_file_sha256=models.loss_file_sha256(config["train"]["loss"]),
+            loss_file_sha256=model_entries.loss_file_sha256(config["train"]["loss"]),
         )
         if kind == "ceiling":
             train = replace(train, **CEILING_TRAIN_OFF)
@@ -450,7 +452,7 @@ def build(
         kind=kind,
         mode=mode,
         model=model,
-        model_entry=models.find(config["models"], model),
+        model_entry=model_entries.find(config["models"], model),
         batch_size=int(batch_size),
         accumulation_steps=int(accumulation_steps),
         num_workers=int(num_workers),

@@ -9,7 +9,7 @@ import torch
 from batchscope.bench import models
 from batchscope.bench.models import ModelError
 from batchscope.core.config import load_schema
-from batchscope.core.models import ModelSpec
+from batchscope.core.model_entries import ModelSpec
 
 
 def test_a_checkpoint_holding_a_state_dict_under_model_is_loaded(tmp_path):

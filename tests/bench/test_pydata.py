@@ -194,12 +194,12 @@ def test_workers_in_the_runs_loader_read_the_dataset(data_file):
 
 
 def _check_spec(data_file: Path, function: str = "build", **changes) -> dict:
-    from batchscope.core import models
+    from batchscope.core import model_check_spec
     from tests.factories import sweep_config
 
     dataset = {"name": "python", "image_size": None, "factory": f"{data_file}:{function}"}
     config = sweep_config(dataset={**dataset, "num_classes": 4, "kwargs": {}}, **changes)
-    return models.check_spec(config, "small_cnn")
+    return model_check_spec.check_spec(config, "small_cnn")
 
 
 def test_the_model_check_feeds_the_model_the_datasets_first_input(data_file):

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from batchscope.core import datasets, models
+from batchscope.core import datasets, model_check_spec
+from batchscope.core import model_entries as models
 from batchscope.core.config import ConfigError
 from tests.factories import make_spec, sweep_config
 
@@ -73,7 +74,7 @@ def test_the_ceiling_and_the_model_check_see_the_cropped_size(tmp_path):
         make_spec("infer", kind="ceiling", dataset=config["dataset"]).dataset.synthetic.image_size
         == 40
     )
-    assert models.check_spec(config, "small_cnn")["input"]["image_size"] == 40
+    assert model_check_spec.check_spec(config, "small_cnn")["input"]["image_size"] == 40
 
 
 def test_each_pipeline_setting_is_in_the_run_spec(tmp_path):
@@ -142,6 +143,6 @@ def test_a_python_datasets_ceiling_and_model_check_build_the_dataset_itself(tmp_
     ceiling = make_spec("train", kind="ceiling", dataset=config["dataset"])
     assert ceiling.dataset.python is not None and ceiling.num_workers == 0
     assert ceiling.train.validate is False
-    check = models.check_spec(config, "small_cnn")
+    check = model_check_spec.check_spec(config, "small_cnn")
     assert check["input"]["python"]["factory"] == f"{tmp_path / 'data.py'}:build"
     assert check["sweep"]["batch_sizes"] == [4, 16] and check["sweep"]["measure"]["warmup_steps"]

@@ -4,8 +4,9 @@ import hashlib
 
 import pytest
 
-from batchscope.core import models
-from batchscope.core.models import ModelEntryError
+from batchscope.core import model_check_spec
+from batchscope.core import model_entries as models
+from batchscope.core.model_entries import ModelEntryError
 from tests.factories import make_spec
 
 
@@ -150,7 +151,7 @@ def test_the_check_reads_the_datas_shape_and_whether_it_trains(tmp_path):
     from tests.factories import sweep_config
 
     config = sweep_config(models=["timm:convnext_atto"], modes=["infer"])
-    check = models.check_spec(config, "timm_convnext_atto")
+    check = model_check_spec.check_spec(config, "timm_convnext_atto")
     assert check["model"]["id"] == "convnext_atto" and check["train"] is False
     assert check["input"] == {
         "dataset": "synthetic",
@@ -189,4 +190,4 @@ def test_an_image_classifiers_override_that_agrees_with_the_data_is_taken():
 
     agrees = {"num_labels": 4, "num_channels": 1, "image_size": [12, 12]}
     config = sweep_config(models=[{**VIT, "config": {**VIT["config"], **agrees}}])
-    assert models.check_spec(config, "vit")["input"]["image_size"] == 12
+    assert model_check_spec.check_spec(config, "vit")["input"]["image_size"] == 12

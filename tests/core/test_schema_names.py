@@ -3,7 +3,8 @@ the constants the code branches on, so that a name added on one side only fails 
 
 import pytest
 
-from batchscope.core import config, datasets, grid, models, prediction, rounds, schedules
+from batchscope.core import config, datasets, grid, prediction, rounds, schedules
+from batchscope.core import model_entries as models
 
 SCHEMA = config.load_schema(config.SCHEMA_PATH)
 

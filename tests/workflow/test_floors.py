@@ -237,3 +237,16 @@ def test_the_tests_of_a_torch_free_floor_import_nothing_above_it(floor):
     assert not found, f"tests/{floor}/ imports what its floor does not: {found}"
     planted = "def f():\n    import torch.nn\n    from batchscope import bench\n"
     assert _forbidden(planted, floor) == ["batchscope.bench", "torch.nn"]
+
+
+def test_no_module_name_stands_on_two_floors():
+    """A module's name says which floor's job it does: ``core/models.py`` beside
+    ``bench/models.py`` made a reader open both to learn which resolves an entry and which
+    builds the model. (Within one floor, rooms may share a name: ``build.py`` in each.)"""
+    names: dict[str, set[str]] = {}
+    for path in _modules():
+        floor = path.relative_to(PACKAGE).parts[0]
+        if path.name not in ("__init__.py", "__main__.py") and floor in ("core", "bench", "report"):
+            names.setdefault(path.name, set()).add(floor)
+    shared = {name: sorted(floors) for name, floors in names.items() if len(floors) > 1}
+    assert not shared, f"module names on two floors (rename one for its job): {shared}"

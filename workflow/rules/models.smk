@@ -1,8 +1,8 @@
 # Stage 0: the models. Every entry of `models` is resolved before any job (paths found, weights
-# hashed: batchscope.core.models), then checked once by a job that builds it, loads its weights
+# hashed: batchscope.core.model_entries), then checked once by a job that builds it, loads its weights
 # and runs one sample through it. Every benchmark job waits for every model's check, so a
 # mistake in any entry stops the sweep before its first measurement.
-from batchscope.core import models as model_entries
+from batchscope.core import model_check_spec, model_entries
 
 # Relative paths in an entry: CONFIG_DIRS (common.smk), the config file's folder first.
 
@@ -48,6 +48,6 @@ rule model_check_spec:
         paths.log_of(paths.spec_of(MODEL_CHECK)),
     localrule: True
     params:
-        spec=lambda wildcards: model_entries.check_spec_text(config, wildcards.model),
+        spec=lambda wildcards: model_check_spec.check_spec_text(config, wildcards.model),
     run:
         write_spec(output[0], log[0], params.spec)
