@@ -4,13 +4,13 @@ For each N, builds a folder of N empty ``.png`` files in ``--classes`` class fol
 lists the files and opens none), writes a tiny sweep's config on it (one model, inference, one
 batch size) and times ``snakemake -n`` on it twice from outside, in a fresh working folder: the
 first parse lists the folder and keeps its listing (``resources/datasets/listings``); the
-second (the median of ``--repeats`` more) reads the kept counts, stating the folders only.
-Every job of a sweep parses the Snakefile, so the second figure is what each job pays. Beside
-them, in this process, the part of the parse that depends on the folder: listing it
-(``datasets.list_image_folder``) and reading the kept counts (``folder_index``), each the
-median of ``--repeats``. The folder is left alone for ``folder_index.RACY_WINDOW_NS`` before
-the first parse (a listing taken just after the folder changed is not kept). Prints a table;
-asserts nothing.
+second (the median of ``--repeats`` more, the sizes taking turns) reads the kept counts,
+stating the folders only. Every job of a sweep parses the Snakefile, so the second figure is
+what each job pays. Beside them, in this process, the part of the parse that depends on the
+folder: listing it (``datasets.list_image_folder``) and reading the kept counts
+(``folder_index``), each the median of ``--repeats``. The folder is left alone for
+``folder_index.RACY_WINDOW_NS`` before the first parse (a listing taken just after the folder
+changed is not kept). Prints a table; asserts nothing.
 
     .venv/bin/python scripts/folder_index_timing.py                    # N = 1,000 and 200,000
     .venv/bin/python scripts/folder_index_timing.py --sizes 1000 20000 --classes 10
@@ -19,6 +19,7 @@ asserts nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -71,8 +72,8 @@ def median_s(repeats: int, action) -> float:
     return statistics.median(seconds)
 
 
-def measure(root: Path, images: int, classes: int, repeats: int) -> dict:
-    """The figures of one row: a folder of ``images`` files (``root/<n>``, a new one)."""
+def first_parse(root: Path, images: int, classes: int) -> dict:
+    """A new folder of ``images`` files (``root/<n>``) and the first ``snakemake -n`` on it."""
     root = root / str(len(list(root.iterdir())))
     folder = root / "images"
     started = time.perf_counter()
@@ -93,28 +94,37 @@ def measure(root: Path, images: int, classes: int, repeats: int) -> dict:
     first = dry_run_s(workdir, config)
     listings = workdir / paths.FOLDER_LISTINGS
     kept = Path(folder_index.cache_path(folder, listings)).is_file()
-    return {
-        "N": images,
-        "first": first,
-        "second": median_s(repeats, lambda: dry_run_s(workdir, config)),
-        "kept": kept,
-        "listing": median_s(repeats, lambda: datasets.list_image_folder(folder)),
-        "kept read": median_s(repeats, lambda: folder_index.image_folder_counts(folder, listings)),
-    }
+    return {"N": images, "folder": folder, "workdir": workdir, "config": config,
+            "listings": listings, "first": first, "kept": kept, "second": []}  # fmt: skip
+
+
+def later_figures(rows: list[dict], repeats: int) -> None:
+    """The later parses, the sizes taking turns (A B A B: the machine's drift falls on each),
+    then in process the listing and the kept counts; medians into each row."""
+    for _ in range(repeats):
+        for row in rows:
+            row["second"].append(dry_run_s(row["workdir"], row["config"]))
+    for row in rows:
+        folder, listings = row["folder"], row["listings"]
+        row["second"] = statistics.median(row["second"])
+        row["listing"] = median_s(repeats, functools.partial(datasets.list_image_folder, folder))
+        row["kept read"] = median_s(
+            repeats, functools.partial(folder_index.image_folder_counts, folder, listings)
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 200_000])
     parser.add_argument("--classes", type=int, default=100, help="class folders (100)")
-    parser.add_argument("--repeats", type=int, default=3, help="of each later figure (3)")
+    parser.add_argument("--repeats", type=int, default=5, help="of each later figure (5)")
     parser.add_argument("--keep", action="store_true", help="keep the folders made")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="batchscope-folder-index-"))
     rows = []
     try:
-        for images in args.sizes:
-            rows.append(measure(root, images, args.classes, args.repeats))
+        rows = [first_parse(root, images, args.classes) for images in args.sizes]
+        later_figures(rows, args.repeats)
     finally:
         if args.keep:
             print(f"folders kept in {root}")
