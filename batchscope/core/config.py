@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +174,7 @@ def check(
 
     ``folder_listings``: where an image folder's listing is kept between checks
     (:mod:`batchscope.core.folder_index`; the workflow's ``paths.FOLDER_LISTINGS``); without it,
-    the folder is listed."""
+    the folder is listed. The listing is kept only when the config passes."""
     validator = jsonschema.Draft202012Validator(schema)
     error = best_match(validator.iter_errors(config))
     if error is not None:
@@ -190,7 +190,12 @@ def check(
     full = with_defaults(config, schema)
     _check_semantics(full)
     _check_devices(full)
-    _check_against_data(full, folder_listings)
+    sizes, keep_listing = None, None
+    if full["dataset"]["name"] == "imagefolder":
+        sizes, keep_listing = _image_folder_sizes(full, folder_listings)
+    _check_against_data(full, sizes)
+    if keep_listing is not None:
+        keep_listing()
 
 
 def _check_semantics(config: Mapping[str, Any]) -> None:
@@ -404,15 +409,11 @@ def _check_token_models(config: Mapping[str, Any]) -> None:
             )
 
 
-def _check_against_data(
-    config: Mapping[str, Any], folder_listings: str | os.PathLike | None = None
-) -> None:
-    """What the data's size and the models' input sizes allow (``config`` has its defaults)."""
+def _check_against_data(config: Mapping[str, Any], sizes: datasets.ImageFolderSizes | None) -> None:
+    """What the data's size (``sizes``: an image folder's) and the models' input sizes allow
+    (``config`` has its defaults)."""
     dataset = config["dataset"]
     name = dataset["name"]
-    sizes = None
-    if name == "imagefolder":
-        sizes = _image_folder_sizes(config, folder_listings)
     if config["batch_sizes"] != "auto":
         for mode in config["modes"]:
             _check_steps(config, mode, sizes)
@@ -461,13 +462,14 @@ def _check_hf_images(config: Mapping[str, Any], size: int) -> None:
 
 def _image_folder_sizes(
     config: Mapping[str, Any], folder_listings: str | os.PathLike | None
-) -> datasets.ImageFolderSizes:
-    """The image folder's split sizes (its kept listing's counts while the folder is unchanged);
-    an empty folder, or no held-out image when training validates, is an error."""
+) -> tuple[datasets.ImageFolderSizes, Callable[[], None]]:
+    """The image folder's split sizes (its kept listing's counts while the folder is unchanged)
+    and what keeps its listing; an empty folder, or no held-out image when training validates,
+    is an error."""
     dataset = config["dataset"]
     path = dataset["path"]
     try:
-        counts = folder_index.image_folder_counts(path, folder_listings)
+        counts, keep = folder_index.image_folder_counts(path, folder_listings)
     except datasets.ImageFolderError as exc:
         raise ConfigError(f"config key dataset.path: {exc}") from exc
     sizes = datasets.image_folder_sizes(counts, dataset["val_fraction"])
@@ -486,7 +488,7 @@ def _image_folder_sizes(
             f" the {sizes.total} images in {path!r}: raise it, add a {datasets.VAL_FOLDER}/"
             " folder, or set train.validate: false"
         )
-    return sizes
+    return sizes, keep
 
 
 def _text_samples(config: Mapping[str, Any], mode: str) -> tuple[int | None, str]:

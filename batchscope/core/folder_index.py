@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from batchscope.core import datasets, results
@@ -168,16 +169,27 @@ def _is_racy(seen: datasets.FolderStats, start_ns: int) -> bool:
     return max(stat.st_mtime_ns for _, stat in seen) >= start_ns - RACY_WINDOW_NS
 
 
-def _listed(folder: str, cache_file: str | None) -> datasets.ImageFolderListing:
-    """``folder`` listed now, and kept in ``cache_file`` (when given, and the folder was still)."""
+def _keep_nothing() -> None:
+    """What keeps a listing read from its cache file, or taken while its folder changed."""
+
+
+def _listed(
+    folder: str, cache_file: str | None
+) -> tuple[datasets.ImageFolderListing, Callable[[], None]]:
+    """``folder`` listed now, and what keeps that listing in ``cache_file`` (nothing without
+    one, or when the folder was changing)."""
     seen: datasets.FolderStats = []
     start_ns = time.time_ns()
     listing = datasets.list_image_folder(folder, seen)
-    if cache_file is not None and not _is_racy(seen, start_ns):
+    if cache_file is None or _is_racy(seen, start_ns):
+        return listing, _keep_nothing
+
+    def keep() -> None:
         # a cache that cannot be written is only a cache: the next check lists again
         with contextlib.suppress(OSError):
             _write(cache_file, folder, listing, seen)
-    return listing
+
+    return listing, keep
 
 
 def image_folder_listing(
@@ -192,18 +204,23 @@ def image_folder_listing(
         listing = _cached(folder, cache_file, whole=True)
         if listing is not None:
             return listing
-    return _listed(folder, cache_file)
+    listing, keep = _listed(folder, cache_file)
+    keep()
+    return listing
 
 
 def image_folder_counts(
     path: str | os.PathLike, cache_dir: str | os.PathLike | None
-) -> datasets.ImageFolderCounts:
+) -> tuple[datasets.ImageFolderCounts, Callable[[], None]]:
     """How many images each class of ``path`` has: the cache's header while the folder is as it
-    was (no file is listed), else :func:`image_folder_listing`'s counts."""
+    was (no file is listed), else the counts of a listing taken now; and what keeps that
+    listing under ``cache_dir``, for the caller to call once the counts passed its checks (a
+    config that stops leaves no file)."""
     folder = os.path.abspath(os.fspath(path))
     cache_file = None if cache_dir is None else cache_path(folder, cache_dir)
     if cache_file is not None:
         counts = _cached(folder, cache_file, whole=False)
         if counts is not None:
-            return counts
-    return _listed(folder, cache_file).counts
+            return counts, _keep_nothing
+    listing, keep = _listed(folder, cache_file)
+    return listing.counts, keep

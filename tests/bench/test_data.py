@@ -414,7 +414,8 @@ def test_imagefolder_index_lists_the_images_the_config_check_kept(tmp_path, monk
     for folder in (tree, tree / "cats", tree / "dogs"):
         os.utime(folder, (past, past))
     listings = tmp_path / "listings"
-    counts = folder_index.image_folder_counts(tree, listings)  # what the config check does
+    counts, keep = folder_index.image_folder_counts(tree, listings)  # as the config check
+    keep()
     assert counts.train == (3, 2)
 
     def no_listing(path):

@@ -31,6 +31,13 @@ def _tree(root: Path, counts: dict[str, int]) -> Path:
     return root
 
 
+def _counts(folder: Path, cache: Path | None) -> datasets.ImageFolderCounts:
+    """The folder's counts, its listing kept (as a config check that passes keeps it)."""
+    counts, keep = folder_index.image_folder_counts(folder, cache)
+    keep()
+    return counts
+
+
 class Listings:
     """Counts the folders read (os.scandir), and can forbid reading any."""
 
@@ -60,7 +67,7 @@ def test_an_unchanged_folder_is_read_from_its_kept_listing(tmp_path, listings):
     assert first == datasets.list_image_folder(folder)
     listings.forbidden = True
     assert folder_index.image_folder_listing(folder, cache) == first
-    counts = folder_index.image_folder_counts(folder, cache)
+    counts = _counts(folder, cache)
     assert counts == datasets.ImageFolderCounts(("cat", "dog"), (3, 2), None)
 
 
@@ -76,6 +83,16 @@ def test_the_config_check_reads_the_kept_counts(tmp_path, listings):
     config.check(cfg, schema, cache)
     with pytest.raises(config.ConfigError, match="batch_sizes"):  # the kept counts, checked
         config.check({**cfg, "batch_sizes": [64]}, schema, cache)
+
+
+def test_a_config_that_stops_keeps_no_listing(tmp_path):
+    folder = _tree(tmp_path / "images", {"cat": 3, "dog": 2})
+    cache = tmp_path / "cache"
+    cfg = {"dataset": {"name": "imagefolder", "path": str(folder)}, "models": ["small_cnn"]}
+    cfg |= {"batch_sizes": [64], "modes": ["infer"], "measure": {"warmup_steps": 1}}
+    with pytest.raises(config.ConfigError, match="batch_sizes"):
+        config.check(cfg, config.load_schema(config.SCHEMA_PATH), cache)
+    assert not cache.exists()
 
 
 @pytest.mark.parametrize(
@@ -94,7 +111,7 @@ def test_a_changed_folder_is_listed_anew(tmp_path, change):
     (folder / "cat" / "close ups" / "a.png").write_bytes(b"")
     _settle(folder)
     cache = tmp_path / "cache"
-    before = folder_index.image_folder_counts(folder, cache)
+    before = _counts(folder, cache)
     assert before.train == (4, 2)
     if change == "an image in a class folder":
         (folder / "dog" / "new.jpg").write_bytes(b"")
@@ -108,7 +125,7 @@ def test_a_changed_folder_is_listed_anew(tmp_path, change):
     else:
         (folder / "val" / "cat").mkdir(parents=True)
         (folder / "val" / "cat" / "v.png").write_bytes(b"")
-    after = folder_index.image_folder_counts(folder, cache)
+    after = _counts(folder, cache)
     assert after == datasets.list_image_folder(folder).counts
     assert after != before
     assert folder_index.image_folder_listing(folder, cache) == datasets.list_image_folder(folder)
@@ -148,7 +165,7 @@ def test_another_folder_does_not_read_this_ones_listing(tmp_path):
     folder, cache, kept = _kept(tmp_path)
     other = _tree(tmp_path / "other", {"ant": 1})
     os.replace(kept, folder_index.cache_path(other, cache))  # a file named for another folder
-    assert folder_index.image_folder_counts(other, cache).classes == ("ant",)
+    assert _counts(other, cache).classes == ("ant",)
 
 
 def test_a_folder_changed_just_now_is_listed_but_not_kept(tmp_path):
@@ -156,7 +173,7 @@ def test_a_folder_changed_just_now_is_listed_but_not_kept(tmp_path):
     (folder / "cat").mkdir(parents=True)
     (folder / "cat" / "a.png").write_bytes(b"")  # its mtime: now, within the racy window
     cache = tmp_path / "cache"
-    counts = folder_index.image_folder_counts(folder, cache)
+    counts = _counts(folder, cache)
     assert counts.train == (1,)
     assert not Path(folder_index.cache_path(folder, cache)).exists()
 
@@ -164,5 +181,5 @@ def test_a_folder_changed_just_now_is_listed_but_not_kept(tmp_path):
 def test_without_a_cache_folder_nothing_is_kept(tmp_path, monkeypatch):
     folder = _tree(tmp_path / "images", {"cat": 1})
     monkeypatch.chdir(tmp_path)
-    assert folder_index.image_folder_counts(folder, None).train == (1,)
+    assert _counts(folder, None).train == (1,)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["images"]
