@@ -22,9 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", required=True, help="cache folder for this dataset")
     p.add_argument("--mirror", action="append", default=[], help="base URL or folder; repeatable")
     p.add_argument("--path", default=None, help="image folder (dataset imagefolder)")
+    p.add_argument(
+        "--listings", default=None, help="where image folders' listings are kept (imagefolder)"
+    )
     args = p.parse_args(argv)
     try:
-        fetch.prepare(args.dataset, args.root, mirrors=args.mirror, path=args.path)
+        fetch.prepare(
+            args.dataset, args.root, mirrors=args.mirror, path=args.path, listings=args.listings
+        )
     except fetch.DatasetError as exc:
         print(f"batchscope download: error: {exc}", file=sys.stderr)
         return 1

@@ -59,7 +59,7 @@ from batchscope.bench.data import (
     read_index,
 )
 from batchscope.bench.images import DECODE_ERRORS, fashion_raw_folder
-from batchscope.core import datasets
+from batchscope.core import datasets, folder_index
 from batchscope.core.results import write_json, write_text
 
 #: Written into the extracted CIFAR-10 folder once verified; holds the archive's md5.
@@ -122,13 +122,16 @@ def prepare(
     path: str | Path | None = None,
     log: Callable[[str], None] = print,
     spec: DownloadSpec | None = None,
+    listings: str | Path | None = None,
 ) -> Path:
     """Make ``root`` hold a ready, verified copy of dataset ``name``; return ``root``.
 
     ``mirrors`` (fashion_mnist, cifar10) replace the upstream mirrors of ``SPECS[name]`` when
     given (a single string or path counts as one mirror). ``path`` (imagefolder only) is the
     folder of class subfolders. ``spec`` (fashion_mnist, cifar10) replaces ``SPECS[name]``, e.g.
-    to accept a test archive. Idempotent: a verified copy already in ``root`` is kept.
+    to accept a test archive. ``listings`` (imagefolder only): where the folder's listing is
+    kept (:mod:`batchscope.core.folder_index`), read rather than listed while the folder is
+    unchanged. Idempotent: a verified copy already in ``root`` is kept.
     """
     check_name(name)
     root_path = Path(root).absolute()
@@ -144,7 +147,7 @@ def prepare(
         spec = spec or SPECS[name]
         _prepare_cifar10(root_path, spec, mirror_list or spec.mirrors, log)
     elif name == "imagefolder":
-        _prepare_imagefolder(root_path, path, log)
+        _prepare_imagefolder(root_path, path, log, listings)
     return Path(root)
 
 
@@ -199,10 +202,13 @@ def _prepare_cifar10(
     log(f"cifar10: ready in {target}")
 
 
-def _prepare_imagefolder(root: Path, path: str | Path | None, log: Callable[[str], None]) -> None:
+def _prepare_imagefolder(
+    root: Path, path: str | Path | None, log: Callable[[str], None], listings: str | Path | None
+) -> None:
     """Decode every image under ``path`` once; write ``<root>/index.json`` of the readable ones.
 
-    The images are those :func:`batchscope.core.datasets.list_image_folder` lists (the config
+    The images are those :func:`batchscope.core.datasets.list_image_folder` lists, read from
+    the listing the config check kept under ``listings`` while the folder is unchanged (the
     check counts the same); a ``val/`` folder's are indexed apart, as ``val_samples``. The
     index is rebuilt only when the folder's listing (names, sizes, mtimes) has changed.
     """
@@ -212,7 +218,7 @@ def _prepare_imagefolder(root: Path, path: str | Path | None, log: Callable[[str
     if not source.is_dir():
         raise DatasetError(f"imagefolder: {source} is not a directory")
     try:
-        listing = datasets.list_image_folder(source)
+        listing = folder_index.image_folder_listing(source, listings)
     except datasets.ImageFolderError as exc:
         raise DatasetError(f"imagefolder: {exc}") from exc
     parts = {"samples": listing.train, "val_samples": listing.val or ()}

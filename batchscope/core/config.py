@@ -3,9 +3,9 @@
 Imports only jsonschema and PyYAML, so the workflow can check a config before any job starts
 without importing torch. The JSON Schema (``workflow/schemas/config.schema.yaml``) is the
 contract; :func:`check` adds the few rules a schema cannot say, and what can be known of the
-data and the models before any job: an image folder's images are listed (not decoded), so an
-empty folder, a batch larger than the data and an image too small for a model stop the sweep
-before its first job.
+data and the models before any job: an image folder's images are listed (not decoded; the
+listing is kept while the folder is unchanged: ``folder_index``), so an empty folder, a batch
+larger than the data and an image too small for a model stop the sweep before its first job.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import jsonschema
 import yaml
 from jsonschema.exceptions import best_match
 
-from batchscope.core import datasets, grid, model_inputs
+from batchscope.core import datasets, folder_index, grid, model_inputs
 from batchscope.core import model_entries as model_names
 
 #: The contract: the config's JSON Schema, with every key's default (in this checkout).
@@ -202,8 +202,16 @@ def _found(path: str, base_dirs: Sequence[str]) -> str:
     return path
 
 
-def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
-    """Raise :class:`ConfigError` for the most relevant problem in ``config``, if any."""
+def check(
+    config: Mapping[str, Any],
+    schema: Mapping[str, Any],
+    folder_listings: str | os.PathLike | None = None,
+) -> None:
+    """Raise :class:`ConfigError` for the most relevant problem in ``config``, if any.
+
+    ``folder_listings``: where an image folder's listing is kept between checks
+    (:mod:`batchscope.core.folder_index`; the workflow's ``paths.FOLDER_LISTINGS``); without it,
+    the folder is listed. The listing is kept only when the config passes."""
     validator = jsonschema.Draft202012Validator(schema)
     error = best_match(validator.iter_errors(config))
     if error is not None:
@@ -219,7 +227,12 @@ def check(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
     full = with_defaults(config, schema)
     _check_semantics(full)
     _check_devices(full)
-    _check_against_data(full)
+    sizes, keep_listing = None, None
+    if full["dataset"]["name"] == "imagefolder":
+        sizes, keep_listing = _image_folder_sizes(full, folder_listings)
+    _check_against_data(full, sizes)
+    if keep_listing is not None:
+        keep_listing()
 
 
 def _check_semantics(config: Mapping[str, Any]) -> None:
@@ -433,13 +446,11 @@ def _check_token_models(config: Mapping[str, Any]) -> None:
             )
 
 
-def _check_against_data(config: Mapping[str, Any]) -> None:
-    """What the data's size and the models' input sizes allow (``config`` has its defaults)."""
+def _check_against_data(config: Mapping[str, Any], sizes: datasets.ImageFolderSizes | None) -> None:
+    """What the data's size (``sizes``: an image folder's) and the models' input sizes allow
+    (``config`` has its defaults)."""
     dataset = config["dataset"]
     name = dataset["name"]
-    sizes = None
-    if name == "imagefolder":
-        sizes = _image_folder_sizes(config)
     if config["batch_sizes"] != "auto":
         for mode in config["modes"]:
             _check_steps(config, mode, sizes)
@@ -486,22 +497,25 @@ def _check_hf_images(config: Mapping[str, Any], size: int) -> None:
                 raise ConfigError(f"model entry {model_names.name_of(entry, index)}: {problem}")
 
 
-def _image_folder_sizes(config: Mapping[str, Any]) -> datasets.ImageFolderSizes:
-    """The image folder's split sizes; an empty folder, or no held-out image when training
-    validates, is an error."""
+def _image_folder_sizes(
+    config: Mapping[str, Any], folder_listings: str | os.PathLike | None
+) -> tuple[datasets.ImageFolderSizes, Callable[[], None]]:
+    """The image folder's split sizes (its kept listing's counts while the folder is unchanged)
+    and what keeps its listing; an empty folder, or no held-out image when training validates,
+    is an error."""
     dataset = config["dataset"]
     path = dataset["path"]
     try:
-        listing = datasets.list_image_folder(path)
+        counts, keep = folder_index.image_folder_counts(path, folder_listings)
     except datasets.ImageFolderError as exc:
         raise ConfigError(f"config key dataset.path: {exc}") from exc
-    sizes = datasets.image_folder_sizes(listing, dataset["val_fraction"])
-    if not listing.train:
+    sizes = datasets.image_folder_sizes(counts, dataset["val_fraction"])
+    if not sum(counts.train):
         kinds = ", ".join(datasets.IMAGE_EXTENSIONS)
-        where = "class subfolders" if listing.val is None else "training class subfolders"
+        where = "class subfolders" if counts.val is None else "training class subfolders"
         raise ConfigError(f"config key dataset.path: no image ({kinds}) in {where} of {path!r}")
     if "train" in config["modes"] and config["train"]["validate"] and not sizes.held_out:
-        if listing.val is not None:
+        if counts.val is not None:
             raise ConfigError(
                 f"config key dataset.path: {path!r} has a {datasets.VAL_FOLDER}/ folder with"
                 " no image to validate on"
@@ -511,7 +525,7 @@ def _image_folder_sizes(config: Mapping[str, Any]) -> datasets.ImageFolderSizes:
             f" the {sizes.total} images in {path!r}: raise it, add a {datasets.VAL_FOLDER}/"
             " folder, or set train.validate: false"
         )
-    return sizes
+    return sizes, keep
 
 
 def _text_samples(config: Mapping[str, Any], mode: str) -> tuple[int | None, str]:

@@ -99,6 +99,20 @@ class ImageFolderError(ValueError):
 
 
 @dataclass(frozen=True)
+class ImageFolderCounts:
+    """How many images an image folder has, per class: what the config check needs of it
+    (``batchscope.core.folder_index`` keeps them beside the listing, so a check need not list).
+
+    ``train`` is the images of each class, in label order; ``val`` those of the ``val/``
+    subfolder, or None when there is none.
+    """
+
+    classes: tuple[str, ...]
+    train: tuple[int, ...]
+    val: int | None
+
+
+@dataclass(frozen=True)
 class ImageFolderListing:
     """The image files of a folder of class subfolders, before any is decoded.
 
@@ -110,55 +124,96 @@ class ImageFolderListing:
     train: tuple[tuple[str, int], ...]
     val: tuple[tuple[str, int], ...] | None
 
+    @property
+    def counts(self) -> ImageFolderCounts:
+        per_class = [0] * len(self.classes)
+        for _, label in self.train:
+            per_class[label] += 1
+        val = None if self.val is None else len(self.val)
+        return ImageFolderCounts(self.classes, tuple(per_class), val)
 
-def _class_folders(folder: str) -> list[str]:
+
+#: A folder's state as its listing saw it: (path, ``os.stat_result``) of every folder read,
+#: taken before it was read (``batchscope.core.folder_index`` compares them later).
+FolderStats = list[tuple[str, os.stat_result]]
+
+
+def _read_folder(folder: str, seen: FolderStats | None) -> list[os.DirEntry]:
+    """The entries of ``folder``, its stat noted in ``seen`` first (so that a change made while
+    it is read moves its mtime past the one noted)."""
+    if seen is not None:
+        seen.append((folder, os.stat(folder)))
     with os.scandir(folder) as entries:
-        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+        return list(entries)
 
 
-def _images_of(folder: str, classes: Sequence[str], labels: dict[str, int]):
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # a link to a folder is followed, as os.walk(followlinks=True)
+    except OSError:
+        return False
+
+
+def _class_folders(folder: str, seen: FolderStats | None) -> list[str]:
+    entries = _read_folder(folder, seen)
+    return sorted(e.name for e in entries if _is_dir(e) and not e.name.startswith("."))
+
+
+def _walk_images(folder: str, label: int, samples: list, seen: FolderStats | None) -> None:
+    """Append (path, label) of every image under ``folder``: its own files by name, then each
+    subfolder's by name; an unreadable folder adds nothing (as os.walk skips it)."""
+    try:
+        entries = _read_folder(folder, seen)
+    except OSError:
+        return
+    files = sorted(e.name for e in entries if not _is_dir(e))
+    samples += [
+        (os.path.join(folder, f), label) for f in files if f.lower().endswith(IMAGE_EXTENSIONS)
+    ]
+    for name in sorted(e.name for e in entries if _is_dir(e)):
+        _walk_images(os.path.join(folder, name), label, samples, seen)
+
+
+def _images_of(folder: str, classes: Sequence[str], labels: dict[str, int], seen):
     """(path, label) of every image under each class subfolder, in a stable order."""
-    samples = []
+    samples: list[tuple[str, int]] = []
     for name in classes:
-        for parent, dirs, files in os.walk(os.path.join(folder, name), followlinks=True):
-            dirs.sort()
-            samples += [
-                (os.path.join(parent, file), labels[name])
-                for file in sorted(files)
-                if file.lower().endswith(IMAGE_EXTENSIONS)
-            ]
+        _walk_images(os.path.join(folder, name), labels[name], samples, seen)
     return samples
 
 
-def list_image_folder(path: str | os.PathLike) -> ImageFolderListing:
+def list_image_folder(
+    path: str | os.PathLike, seen: FolderStats | None = None
+) -> ImageFolderListing:
     """The images under ``path``: ``path/<class>/...``; or ``path/train/<class>/...`` and
     ``path/val/<class>/...``; or class folders beside ``path/val/<class>/...``.
 
-    The held-out images' classes must be training classes. No file is opened.
+    The held-out images' classes must be training classes. No file is opened; every folder is
+    read once, and with ``seen`` given, each folder's stat is appended to it before it is read.
     """
     folder = os.path.abspath(os.fspath(path))
     try:
-        top = _class_folders(folder)
+        top = _class_folders(folder, seen)
         val = None
         if VAL_FOLDER in top:
             train_root = os.path.join(folder, TRAIN_FOLDER)
             if TRAIN_FOLDER in top:
-                classes = _class_folders(train_root)
+                classes = _class_folders(train_root, seen)
             else:
                 train_root, classes = folder, [c for c in top if c != VAL_FOLDER]
             val_root = os.path.join(folder, VAL_FOLDER)
-            val_classes = _class_folders(val_root)
+            val_classes = _class_folders(val_root, seen)
             foreign = sorted(set(val_classes) - set(classes))
             if foreign:
                 raise ImageFolderError(
                     f"{val_root} has class folders the training images lack: {', '.join(foreign)}"
                 )
             labels = {name: label for label, name in enumerate(classes)}
-            val = tuple(_images_of(val_root, val_classes, labels))
+            val = tuple(_images_of(val_root, val_classes, labels, seen))
         else:
             train_root, classes = folder, top
             labels = {name: label for label, name in enumerate(classes)}
-        train = tuple(_images_of(train_root, classes, labels))
+        train = tuple(_images_of(train_root, classes, labels, seen))
     except OSError as exc:
         raise ImageFolderError(f"cannot list {folder}: {' '.join(str(exc).split())}") from exc
     return ImageFolderListing(tuple(classes), train, val)
@@ -208,15 +263,16 @@ class ImageFolderSizes:
         return self.train + self.held_out
 
 
-def image_folder_sizes(listing: ImageFolderListing, val_fraction: float) -> ImageFolderSizes:
+def image_folder_sizes(
+    folder: ImageFolderListing | ImageFolderCounts, val_fraction: float
+) -> ImageFolderSizes:
     """The splits' sizes: the ``val/`` folder's, else those of :func:`held_out`."""
-    if listing.val is not None:
-        return ImageFolderSizes(len(listing.train), len(listing.val))
-    counts: dict[int, int] = {}
-    for _, label in listing.train:
-        counts[label] = counts.get(label, 0) + 1
-    val = sum(held_out_count(n, val_fraction) for n in counts.values())
-    return ImageFolderSizes(len(listing.train) - val, val)
+    counts = folder.counts if isinstance(folder, ImageFolderListing) else folder
+    train = sum(counts.train)
+    if counts.val is not None:
+        return ImageFolderSizes(train, counts.val)
+    val = sum(held_out_count(n, val_fraction) for n in counts.train)
+    return ImageFolderSizes(train - val, val)
 
 
 def work_split(name: str, mode: str) -> str:

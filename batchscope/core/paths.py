@@ -40,6 +40,9 @@ MAXBATCH = "results/maxbatch/{mode}/{model}.json"
 MODEL_CHECK = "results/models/{model}.json"
 #: A prepared dataset.
 DATASET_DIR = "resources/datasets/{dataset}"
+#: The kept listings of image folders (``batchscope.core.folder_index``): read by every parse
+#: of the workflow and by the indexing job, rebuilt when a folder changes.
+FOLDER_LISTINGS = "resources/datasets/listings"
 #: The run spec each job reads, laid out as the results are.
 SPEC_DIR = "specs"
 #: The bench rule's logs: ``results/runs/X.json``'s is ``logs/bench/X.log`` (:func:`log_of`).

@@ -8,12 +8,14 @@ import hashlib
 import http.server
 import io
 import json
+import os
 import pickle
 import random
 import shutil
 import struct
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from torchvision.datasets.utils import calculate_md5
 from batchscope.bench import fetch
 from batchscope.bench.data import DatasetError, open_split
 from batchscope.bench.fetch import DownloadSpec, FileSpec, prepare
+from batchscope.core import datasets, folder_index
 from batchscope.core.results import read_json
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
@@ -401,6 +404,30 @@ def test_imagefolder_val_folder_is_the_held_out_split(tmp_path):
     train = open_split("imagefolder", root, "train", val_fraction=0.5)
     assert len(train.dataset) == 8 and all("/train/" in f for f in _files(train))
     assert test.skipped == 1
+
+
+def test_imagefolder_index_lists_the_images_the_config_check_kept(tmp_path, monkeypatch):
+    """prepare reads the listing the config check kept (folder_index) while the folder is
+    unchanged: its index holds the same images, and no folder is listed again."""
+    tree = _class_tree(tmp_path / "images", {"cats": 3, "dogs": 2})
+    past = time.time() - 3600  # a folder left as it was: its listing is kept
+    for folder in (tree, tree / "cats", tree / "dogs"):
+        os.utime(folder, (past, past))
+    listings = tmp_path / "listings"
+    counts, keep = folder_index.image_folder_counts(tree, listings)  # as the config check
+    keep()
+    assert counts.train == (3, 2)
+
+    def no_listing(path):
+        raise AssertionError(f"listed {path} again")
+
+    monkeypatch.setattr(os, "scandir", no_listing)
+    root = tmp_path / "root"
+    prepare("imagefolder", root, path=tree, log=Log(), listings=listings)
+    index = read_json(root / "index.json")
+    monkeypatch.undo()
+    expected = datasets.list_image_folder(tree)
+    assert [tuple(sample) for sample in index["samples"]] == list(expected.train)
 
 
 def test_imagefolder_index_of_an_older_format_is_rebuilt(tmp_path):

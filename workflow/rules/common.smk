@@ -65,8 +65,10 @@ CONFIG_DIRS = [
 config.update(resolve_paths(config, CONFIG_DIRS))
 
 # One line naming the key, before any job starts; then Snakemake's own validate fills defaults.
+# An image folder's listing is kept in resources/ and read again while the folder is unchanged:
+# every job parses this file, and must not list a million images again.
 try:
-    check(config, load_schema(SCHEMA))
+    check(config, load_schema(SCHEMA), paths.FOLDER_LISTINGS)
 except ConfigError as error:
     sys.exit(f"batchscope: {error}")
 validate(config, SCHEMA)

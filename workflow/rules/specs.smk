@@ -21,6 +21,8 @@ def download_options(wildcards):
         args += ["--mirror", mirror]
     if cfg.get("path"):
         args += ["--path", os.path.abspath(cfg["path"])]
+    if DATASET == "imagefolder":  # the listing the config check kept, read again
+        args += ["--listings", paths.FOLDER_LISTINGS]
     return shlex.join(args)
 
 
