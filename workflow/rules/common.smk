@@ -9,6 +9,7 @@ from snakemake.settings.types import DeploymentMethod
 from batchscope.core import (
     datasets,
     grid,
+    model_entries,
     outputs,
     paths,
     prediction,
@@ -16,15 +17,9 @@ from batchscope.core import (
     rounds,
     spec,
     verdict,
+    workflow_config,
 )
-from batchscope.core.config import (
-    ConfigError,
-    check,
-    load_schema,
-    resolve_paths,
-    with_command_line,
-    with_defaults,
-)
+from batchscope.core.config import ConfigError
 
 
 def job_path_prefix(interpreter):
@@ -50,11 +45,8 @@ def job_path_prefix(interpreter):
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 
-# --config KEY=VALUE: Snakemake leaves `[16,64]` as ["16", "64"]; read as the config file would be.
-config.update(with_command_line(config, workflow.config_settings.config))
-
-# Relative paths in the config (the data's here, the model entries' in models.smk): the config
-# file's folder first, then the working directory (--directory).
+# Relative paths in the config (the data's, the model entries', a loss or dataset file): the
+# config file's folder first, then the working directory (--directory).
 CONFIG_DIRS = [
     os.path.dirname(os.path.abspath(path))
     for path in (
@@ -62,19 +54,28 @@ CONFIG_DIRS = [
         or [os.path.join(workflow.basedir, "config", "config.yaml")]
     )
 ] + [os.getcwd()]
-config.update(resolve_paths(config, CONFIG_DIRS))
 
-# One line naming the key, before any job starts; then Snakemake's own validate fills defaults.
-# An image folder's listing is kept in resources/ and read again while the folder is unchanged:
-# every job parses this file, and must not list a million images again.
+# The config in one place (batchscope.core.workflow_config), before any job starts: --config
+# values read as YAML (Snakemake leaves `[16,64]` as ["16", "64"]), paths found, one line naming
+# the key (an image folder's listing is kept in resources/ while the folder is unchanged: every
+# job parses this file, and must not list a million images again); Snakemake's own validate;
+# then every default filled and every model entry, loss file and dataset factory resolved to
+# absolute, hashed paths. No rule file edits the config after this.
 try:
-    check(config, load_schema(SCHEMA), paths.FOLDER_LISTINGS)
-except ConfigError as error:
+    _checked = workflow_config.checked(
+        config,
+        workflow.config_settings.config,
+        CONFIG_DIRS,
+        schema_path=SCHEMA,
+        folder_listings=paths.FOLDER_LISTINGS,
+    )
+    validate(_checked, SCHEMA)
+    _completed = workflow_config.completed(_checked, CONFIG_DIRS, schema_path=SCHEMA)
+except (ConfigError, model_entries.ModelEntryError) as error:
     sys.exit(f"batchscope: {error}")
-validate(config, SCHEMA)
-# validate does not fill defaults behind a `$ref` (the modes' max_steps): the same filling again,
-# following them, so the config every spec is built from has every key.
-config.update(with_defaults(config, load_schema(SCHEMA)))
+config.clear()
+config.update(_completed)
+MODEL_NAMES = workflow_config.model_names(config)
 
 # Jobs run `python -m batchscope.<stage>` from this checkout: with --use-conda the rule's env's
 # python; otherwise the interpreter this workflow runs in, whatever PATH says (a venv's

@@ -12,6 +12,10 @@ CEILING = paths.CEILING
 AUTO = config["batch_sizes"] == "auto"
 MAXBATCH = paths.MAXBATCH
 
+# Every model's check (models.smk), which every benchmark job waits for. Ancient: a check run
+# again (its entry changed) reruns only the jobs whose own spec changed with it.
+MODEL_CHECKS = ancient(expand(paths.MODEL_CHECK, model=MODEL_NAMES))
+
 
 def batch_sizes(mode, model):
     """The configured batch sizes, or, with `batch_sizes: auto`, the grid the largest-batch

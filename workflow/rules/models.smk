@@ -2,27 +2,11 @@
 # hashed: batchscope.core.model_entries), then checked once by a job that builds it, loads its weights
 # and runs one sample through it. Every benchmark job waits for every model's check, so a
 # mistake in any entry stops the sweep before its first measurement.
-from batchscope.core import model_check_spec, model_entries
+from batchscope.core import model_check_spec
 
-# Relative paths in an entry: CONFIG_DIRS (common.smk), the config file's folder first.
-
-try:
-    MODEL_SPECS = model_entries.parse_all(config["models"], CONFIG_DIRS)
-    # a train.loss of file.py:function is looked up the same way
-    config["train"]["loss"] = model_entries.resolve_loss(
-        config["train"]["loss"], CONFIG_DIRS
-    )
-except model_entries.ModelEntryError as error:
-    sys.exit(f"batchscope: {error}")
-# The entries with their paths absolute: every spec built from the config finds the same files.
-config["models"] = [model_entries.as_entry(entry) for entry in MODEL_SPECS]
-MODEL_NAMES = [entry.name for entry in MODEL_SPECS]
+# The entries were resolved with the config (common.smk: batchscope.core.workflow_config); their
+# names are MODEL_NAMES.
 MODEL_CHECK = paths.MODEL_CHECK
-
-
-# Every model's check, which every benchmark job waits for. Ancient: a check run again (its
-# entry changed) reruns only the jobs whose own spec changed with it.
-MODEL_CHECKS = ancient(expand(MODEL_CHECK, model=MODEL_NAMES))
 
 
 rule model_check:
