@@ -1,17 +1,13 @@
-"""The pure parts of scripts/stability_benchmark.py: reading answers, agreement between reruns,
-contradicted separations, full vs race, overrides. No sweeps, no timing."""
-
-import importlib.util
-import sys
-from pathlib import Path
+"""The pure parts of scripts/stability_benchmark.py (scripts/stability/answers.py, and the ratio
+summary of scripts/sweeps.py): reading answers, agreement between reruns, contradicted
+separations, full vs race. No sweeps, no timing."""
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "stability_benchmark.py"
-_spec = importlib.util.spec_from_file_location("stability_benchmark", SCRIPT)
-sb = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = sb  # dataclasses look their module up there
-_spec.loader.exec_module(sb)
+from tests.workflow.helpers import scripts_module
+
+sb = scripts_module("stability.answers")
+sweeps = scripts_module("sweeps")
 
 GROUP = ("train", "small_cnn", None, 1, 1)  # mode, model, sequence length, accumulation, devices
 
@@ -131,7 +127,7 @@ def test_cv():
 
 
 def test_ratio_summary_is_the_median_of_per_pair_ratios():
-    s = sb.ratio_summary([0.9, 1.0, 1.1, 1.3])
+    s = sweeps.ratio_summary([0.9, 1.0, 1.1, 1.3])
     assert s["median"] == pytest.approx(1.05)
     assert (s["min"], s["max"]) == (0.9, 1.3)
-    assert sb.ratio_summary([0.98])["iqr"] == 0.0
+    assert sweeps.ratio_summary([0.98])["iqr"] == 0.0
