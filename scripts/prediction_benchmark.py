@@ -47,13 +47,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from sweeps import REPO, run_sweep
+from sweeps import REPO, load_config, run_sweep
 
-sys.path.insert(0, str(REPO))
-
-from batchscope.core import config as config_module  # noqa: E402
-from batchscope.core.prediction import STRATEGIES  # noqa: E402
-from batchscope.report.convergence.prediction_table import predict_frame  # noqa: E402
+from batchscope.core import config as config_module
+from batchscope.core.prediction import STRATEGIES
+from batchscope.report.convergence.prediction_table import predict_frame
 
 COLUMNS = [
     "batch_size",
@@ -152,7 +150,7 @@ def compare(rows: pd.DataFrame) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    config = yaml.safe_load(Path(args.config).read_text())
+    config = load_config(Path(args.config))
     schema = config_module.load_schema(config_module.SCHEMA_PATH)
     train = config_module.with_defaults(config, schema)["train"]  # the schema's defaults
     timings = {}
