@@ -2,9 +2,12 @@
 summary of scripts/sweeps.py): reading answers, agreement between reruns, contradicted
 separations, full vs race. No sweeps, no timing."""
 
+import subprocess
+import sys
+
 import pytest
 
-from tests.workflow.helpers import scripts_module
+from tests.workflow.helpers import SCRIPTS, scripts_module
 
 sb = scripts_module("stability.answers")
 sweeps = scripts_module("sweeps")
@@ -131,3 +134,30 @@ def test_ratio_summary_is_the_median_of_per_pair_ratios():
     assert s["median"] == pytest.approx(1.05)
     assert (s["min"], s["max"]) == (0.9, 1.3)
     assert sweeps.ratio_summary([0.98])["iqr"] == 0.0
+
+
+#: Run a command's side B (``--help`` only) as ``__main__``, its folder first on sys.path as
+#: when it runs as a script, then say whether anything imported batchscope.
+_SIDE_B_THEN_MODULES = """
+import os, runpy, sys
+script, *args = sys.argv[1:]
+sys.argv = [script, *args, "--help"]
+sys.path.insert(0, os.path.dirname(script))
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit:
+    pass
+print("LOADED", any(m.split(".")[0] == "batchscope" for m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    "command", [("stability_benchmark.py", "bare-loop"), ("bare_loop_ratio.py", "bare")]
+)
+def test_side_b_of_a_benchmark_imports_no_batchscope(command):
+    """Side B is the independent loop: the command that starts it must not import batchscope
+    on the way (the editable install would find it without PYTHONPATH)."""
+    cmd = [sys.executable, "-c", _SIDE_B_THEN_MODULES, str(SCRIPTS / command[0]), *command[1:]]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "LOADED False"
