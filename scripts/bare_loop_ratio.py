@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,16 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from sweeps import (
+    REPO,
+    bare_result,
+    bare_setup,
+    plain_step,
+    ratio_summary,
+    subprocess_env,
+    timed_steps,
+)
+
 GOAL = 0.97
 
 
@@ -63,8 +71,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def a_spec(args: argparse.Namespace, mode: str):
     """Side A's run spec: the default config's settings for this point (round 2: no
     diagnostic steps or validation after the windows, which samples_per_s does not see)."""
-
-    sys.path.insert(0, str(REPO))
     from batchscope.core import config, spec
 
     sweep = {
@@ -81,14 +87,10 @@ def a_spec(args: argparse.Namespace, mode: str):
     )  # fmt: skip
 
 
-def env_for(path: Path | None) -> dict[str, str]:
-    """This interpreter's bin first on PATH; ``path`` alone on PYTHONPATH (None: nothing)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONHASHSEED"] = "0"
-    if path is not None:
-        env["PYTHONPATH"] = str(path)
-    return env
+def env_for(checkout: Path | None) -> dict[str, str]:
+    """A side's environment: ``checkout`` first on PYTHONPATH (None: no PYTHONPATH), the same
+    hash seed on both sides."""
+    return {**subprocess_env(checkout), "PYTHONHASHSEED": "0"}
 
 
 def run_a(args: argparse.Namespace, spec_path: Path, out: Path) -> dict:
@@ -145,8 +147,8 @@ def run_pair(args, spec, spec_path: Path, out: Path, deterministic: bool, previo
 
 
 def spread(values: list[float]) -> str:
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return f"IQR {q[2] - q[0]:.3f}, min {min(values):.3f}, max {max(values):.3f}"
+    s = ratio_summary(values, method="exclusive")
+    return f"IQR {s['iqr']:.3f}, min {s['min']:.3f}, max {s['max']:.3f}"
 
 
 def compare(argv: list[str]) -> int:
@@ -216,15 +218,11 @@ def bare(argv: list[str]) -> int:
     a = p.parse_args(argv)
 
     import torch
-    import torch.nn.functional as F
     import torchvision
     from torch.utils.data import DataLoader, TensorDataset
 
-    torch.set_num_threads(a.threads)
+    bare_setup(a.threads, a.deterministic)
     torch.manual_seed(a.seed)
-    if a.deterministic:
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-        torch.use_deterministic_algorithms(True, warn_only=True)
     shape = (a.num_samples, 3, a.image_size, a.image_size)
     data = TensorDataset(torch.randn(shape), torch.randint(a.num_classes, (a.num_samples,)))
     model = torchvision.models.get_model(a.model, weights=None, num_classes=a.num_classes)
@@ -233,29 +231,8 @@ def bare(argv: list[str]) -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     loader = DataLoader(data, batch_size=a.batch_size, shuffle=train, drop_last=True,
                         generator=torch.Generator().manual_seed(a.seed))  # fmt: skip
-
-    def batches():
-        while True:
-            yield from loader
-
-    stream, started = batches(), 0.0
-    for step in range(a.warmup + a.steps):
-        if step == a.warmup:
-            started = time.perf_counter()
-        x, y = next(stream)
-        if train:
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
-            optimizer.step()
-        else:
-            with torch.inference_mode():
-                model(x)
-    elapsed = time.perf_counter() - started
-    print(json.dumps({
-        "samples_per_s": a.steps * a.batch_size / elapsed, "measured_s": elapsed,
-        "threads": torch.get_num_threads(),
-        "batchscope_loaded": any(m.split(".")[0] == "batchscope" for m in sys.modules),
-    }))  # fmt: skip
+    elapsed = timed_steps(loader, plain_step(model, optimizer, train), a.warmup, a.steps)
+    print(bare_result(a.steps, a.batch_size, elapsed))
     return 0
 
 

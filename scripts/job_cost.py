@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,10 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from sweeps import REPO, load_config, median, subprocess_env
 
-from batchscope.bench.jobtime import PHASES  # noqa: E402 - no torch: the job's phases
+from batchscope.bench.jobtime import PHASES  # no torch: the job's phases
 
 #: mode:batch_size:num_workers of the default points.
 DEFAULT_POINTS = ("train:32:0", "train:256:2", "infer:32:2", "infer:256:0")
@@ -56,15 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def load_config(overrides: list[str]) -> dict[str, Any]:
+def completed_config(overrides: list[str]) -> dict[str, Any]:
     """The default sweep with ``overrides`` set, checked against the schema, defaults filled."""
-    import yaml
-
     from batchscope.core import config
 
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text()) or {}
     try:
-        return config.completed(config.with_overrides(cfg, overrides))
+        return config.completed(config.with_overrides(load_config(), overrides))
     except config.ConfigError as error:
         raise SystemExit(f"--set: {error}") from None
 
@@ -98,15 +93,7 @@ def prepare_data(cfg: dict, folder: Path) -> None:
     cmd += ["--root", str(folder / paths.DATASET_DIR.format(dataset=name))]
     for mirror in cfg["dataset"].get("mirrors", []):
         cmd += ["--mirror", mirror]
-    subprocess.run(cmd, check=True, cwd=folder, env=job_env(REPO), capture_output=True)
-
-
-def job_env(checkout: Path) -> dict[str, str]:
-    """The job's environment: ``checkout`` first on PYTHONPATH, this interpreter's bin on PATH."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(checkout), env.get("PYTHONPATH")]))
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+    subprocess.run(cmd, check=True, cwd=folder, env=subprocess_env(), capture_output=True)
 
 
 def run_job(spec: Path, checkout: Path, folder: Path, name: str, args) -> dict[str, Any]:
@@ -115,7 +102,7 @@ def run_job(spec: Path, checkout: Path, folder: Path, name: str, args) -> dict[s
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "batchscope.bench", str(spec), "--threads", str(args.threads)]
     cmd += ["--output", f"{out}.json", "--steps", f"{out}.steps.csv"]
-    env = {**job_env(checkout), "PYTHONHASHSEED": "0"}
+    env = {**subprocess_env(checkout), "PYTHONHASHSEED": "0"}
     started = time.perf_counter()
     done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True)
     outside = time.perf_counter() - started
@@ -129,11 +116,6 @@ def run_job(spec: Path, checkout: Path, folder: Path, name: str, args) -> dict[s
     if result.get("process_s") is not None:
         figures["exit"] = outside - result["process_s"]
     return figures
-
-
-def median(values: list[Any]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
 
 
 ROWS = (*PHASES, "exit", "process_s", "outside_s", "measured_s", "outside share")
@@ -173,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkout:
         pairs = [text.partition("=") for text in args.checkout]
         checkouts = {label: Path(path).resolve() for label, _, path in pairs}
-    cfg = load_config(args.set)
+    cfg = completed_config(args.set)
     folder = args.workdir or Path(tempfile.mkdtemp(prefix="batchscope-job-cost-"))
     folder.mkdir(parents=True, exist_ok=True)
     prepare_data(cfg, folder)

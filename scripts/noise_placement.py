@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
 
+import sweeps  # noqa: F401 - this checkout first on sys.path
 import torch
 
 from batchscope.bench import data, fetch, models, runner, seeding
 from batchscope.core import config as config_module
 from batchscope.core import spec as spec_module
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def old_placement(real):
-    """``runner._convergence_hooks`` with the noise measured after the step, on its batch."""
+    """``runner.convergence_hooks`` with the noise measured after the step, on its batch."""
 
     def hooks(*args):
         before, after = real(*args)
@@ -72,15 +70,15 @@ def main() -> None:
     # windows are full); no validation, which is not what this compares
     spec = replace(spec, train=replace(spec.train, target_loss=1e-9, validate=False))
     out = {}
-    real = runner._convergence_hooks
+    real = runner.convergence_hooks
     for name in ("before", "after"):
         seeding.seed_everything(0, deterministic=True, compile=False)
         model = models.build_model("small_cnn", num_classes=10, in_channels=1)
-        runner._convergence_hooks = real if name == "before" else old_placement(real)
+        runner.convergence_hooks = real if name == "before" else old_placement(real)
         try:
             result, _ = runner.run(model, spec, torch.device("cpu"), split.dataset)
         finally:
-            runner._convergence_hooks = real
+            runner.convergence_hooks = real
         out[name] = result
         print(
             f"{name:>6}: B_simple {result['noise_scale_b_simple']:.1f}"

@@ -53,14 +53,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from sweeps import REPO, run_sweep
+from sweeps import REPO, load_config, run_sweep
 
-sys.path.insert(0, str(REPO))
-
-from batchscope.core import config as config_module  # noqa: E402
-from batchscope.core.prediction import STRATEGIES, time_tie_set  # noqa: E402
-from batchscope.core.verdict import under_foreign_load  # noqa: E402
-from batchscope.report.convergence.prediction_table import predict_frame  # noqa: E402
+from batchscope.core import config as config_module
+from batchscope.core.prediction import STRATEGIES, time_tie_set
+from batchscope.core.verdict import under_foreign_load
+from batchscope.report.convergence.prediction_table import predict_frame
 
 COLUMNS = [
     "effective_batch_size",
@@ -204,7 +202,7 @@ TABLE_HEADER = (
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    config = yaml.safe_load(Path(args.config).read_text())
+    config = load_config(Path(args.config))
     schema = config_module.load_schema(config_module.SCHEMA_PATH)
     completed = config_module.with_defaults(config, schema)  # the schema's defaults
     train, limit = completed["train"], completed["sweep"]["foreign_cpu_limit"]

@@ -36,16 +36,14 @@ import argparse
 import math
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
+import sweeps  # noqa: F401 - this checkout first on sys.path
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from batchscope.core import config as configuration  # noqa: E402
-from batchscope.core import recommendation, verdict  # noqa: E402
-from batchscope.report.summary import round_decision as race  # noqa: E402
+from batchscope.core import config as configuration
+from batchscope.core import recommendation, verdict
+from batchscope.report.summary import round_decision as race
 
 #: (batch size, workers) -> median samples/s of the default sweep, measured on this machine with
 #: `make run` at the commit before issue 23 (3 rounds per point).

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
+import sweeps  # noqa: F401 - this checkout first on sys.path
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -30,7 +30,6 @@ from batchscope.bench import loop, models, runner, seeding
 from batchscope.core import config as config_module
 from batchscope.core import spec as spec_module
 
-ROOT = Path(__file__).resolve().parents[1]
 CASES = [("small_cnn", 64), ("small_cnn", 1024), ("resnet18", 64), ("resnet18", 512)]
 
 

@@ -64,7 +64,7 @@ def _meets_target(spec: RunSpec, row: dict) -> bool:
     return False
 
 
-def _convergence_hooks(model, spec: RunSpec, device, val_loader, noise, group=None):
+def convergence_hooks(model, spec: RunSpec, device, val_loader, noise, group=None):
     """Validation every ``eval_every_samples``, after the step that reaches it, and noise-scale
     measurements every ``noise_scale_every_steps``, on that step's batch before its update
     (a batch the model has just been updated on reads |G|² low): both off the clock, recorded
@@ -163,7 +163,7 @@ class _Training:
 
             self.noise = GradientNoiseScale(small, big)
         if train.eval_every_samples or self.noise is not None:
-            self.before, self.after = _convergence_hooks(
+            self.before, self.after = convergence_hooks(
                 model, spec, device, self.eval_loader, self.noise, group
             )
         from batchscope.bench.losses import forward_loss

@@ -1,6 +1,7 @@
 """What the end-to-end tests share: running the workflow in a temporary directory, a config
-file, the dry run's job table, the tiny sweep."""
+file, the dry run's job table, the tiny sweep, a module of scripts/."""
 
+import importlib
 import os
 import struct
 import subprocess
@@ -13,6 +14,7 @@ import yaml
 from tests.factories import NO_RACE, ONE_ROUND
 
 REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 needs_fmnist = pytest.mark.skipif(
     not DEBIAN_FMNIST.is_dir(), reason="needs Debian's dataset-fashion-mnist package"
@@ -67,3 +69,11 @@ TINY = {
     "train": {"max_steps": 8, "lr": 0.02},
     "infer": {"max_steps": 8},
 }
+
+
+def scripts_module(name: str):
+    """A module of scripts/ (``sweeps``, ``stability.answers``), imported as the scripts import
+    each other: with scripts/ on ``sys.path``."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    return importlib.import_module(name)

@@ -2,6 +2,7 @@
 does the Snakefile's own process (it only wires files and writes specs)."""
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -60,15 +61,26 @@ def test_the_workflow_process_never_imports_torch(tmp_path):
 
 # ------------------------------------------------------------------ sizes and private names
 # Issue 10: no module over ~600 lines, no function over ~80, no private name used across
-# modules. Each test names every offender, so a merge that breaks a limit says where.
+# modules; issue 24: scripts/ too. Each test names every offender, so a merge that breaks a
+# limit says where.
 
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 PACKAGE = REPO / "batchscope"
+#: The scripts run with scripts/ on sys.path: they import each other as top-level modules
+#: (``sweeps``, ``stability.answers``).
+SCRIPTS = REPO / "scripts"
 
 
 def _modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
+    return sorted(PACKAGE.rglob("*.py")) + sorted(SCRIPTS.rglob("*.py"))
+
+
+def _dotted(path: Path) -> str:
+    """The name ``path`` is imported by: ``batchscope.core.stats``, or ``stability.answers``
+    for a module of scripts/."""
+    root = SCRIPTS if path.is_relative_to(SCRIPTS) else REPO
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
 
 
 def _name(path: Path) -> str:
@@ -96,9 +108,13 @@ def _long_functions(source: str, limit: int) -> list[tuple[str, int]]:
 
 
 def _is_package_module(dotted: str) -> bool:
-    """Is ``batchscope.x.y`` a module (or package) of this repository?"""
-    path = REPO.joinpath(*dotted.split("."))
-    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+    """Is ``dotted`` a module (or package) of this repository: ``batchscope.x.y``, or one the
+    scripts import (``sweeps``, ``stability.answers``)?"""
+    for root in (REPO, SCRIPTS):
+        path = root.joinpath(*dotted.split("."))
+        if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+            return True
+    return False
 
 
 def _private(name: str) -> bool:
@@ -107,19 +123,19 @@ def _private(name: str) -> bool:
 
 def _private_uses(source: str, module: str = "batchscope.example") -> list[str]:
     """Where ``source`` (the module named ``module``) takes a private name from another module
-    of the package: ``from batchscope.x import _name``, or ``x._name`` / ``batchscope.x._name``
-    on a module it imported."""
+    of the repository: ``from batchscope.x import _name``, or ``x._name`` /
+    ``batchscope.x._name`` on a module it imported (the scripts' modules alike)."""
     tree = ast.parse(source)
-    modules: dict[str, str] = {}  # local name -> the package module it is bound to
+    modules: dict[str, str] = {}  # local name -> the repository's module it is bound to
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "batchscope":
-                    local = alias.asname or alias.name.split(".")[0]
-                    modules[local] = alias.name if alias.asname else "batchscope"
+                top = alias.name.split(".")[0]
+                if _is_package_module(top):
+                    modules[alias.asname or top] = alias.name if alias.asname else top
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.split(".")[0] != "batchscope" or node.module == module:
+            if not _is_package_module(node.module.split(".")[0]) or node.module == module:
                 continue
             for alias in node.names:
                 if _private(alias.name):
@@ -169,12 +185,58 @@ def test_no_private_name_is_used_across_modules():
     used = [
         f"{_name(p)}: {use}"
         for p in _modules()
-        for use in _private_uses(
-            p.read_text(encoding="utf-8"),
-            ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"),
-        )
+        for use in _private_uses(p.read_text(encoding="utf-8"), _dotted(p))
     ]
     assert not used, f"private names used outside their module (make them public): {used}"
+
+
+#: Every command of scripts/: each of its files but the shared module, and the subcommands
+#: that run a benchmark's side B.
+_COMMANDS = [
+    *((p.name,) for p in sorted(SCRIPTS.glob("*.py")) if p.name != "sweeps.py"),
+    ("stability_benchmark.py", "bare-loop"),
+    ("bare_loop_ratio.py", "bare"),
+]
+
+#: In one fresh process (torch imported once): every module of scripts/, imported as the
+#: scripts import each other (scripts/ on sys.path), then each command run as ``__main__``
+#: with ``--help``; prints {command: [exit status, the start of its output]}.
+_IMPORT_THEN_HELP = """
+import contextlib, importlib, io, json, runpy, sys
+scripts, names, commands = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+sys.path.insert(0, scripts)
+for name in names:
+    importlib.import_module(name)
+out = {}
+for command in commands:
+    sys.argv = [f"{scripts}/{command[0]}", *command[1:], "--help"]
+    text, status = io.StringIO(), None
+    try:
+        with contextlib.redirect_stdout(text):
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as stop:
+        status = stop.code
+    out[" ".join(command)] = [status, text.getvalue()[:300]]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def scripts_help() -> dict[str, list]:
+    names = [_dotted(p) for p in sorted(SCRIPTS.rglob("*.py"))]
+    assert {"sweeps", "stability.cli", "overhead.cli"} <= set(names)
+    cmd = [sys.executable, "-c", _IMPORT_THEN_HELP, str(SCRIPTS), json.dumps(names)]
+    cmd.append(json.dumps(_COMMANDS))
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr  # every module imported
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("command", _COMMANDS, ids=" ".join)
+def test_every_script_imports_and_answers_help(scripts_help, command):
+    status, text = scripts_help[" ".join(command)]
+    assert status == 0
+    assert text.startswith(f"usage: {' '.join(command)} "), text
 
 
 def test_the_checks_find_what_they_look_for():
@@ -200,6 +262,18 @@ def test_the_checks_find_what_they_look_for():
     ]
     own = "from batchscope.core import stats\nstats.mean_ci([])\n"
     assert _private_uses(own + "stats._finite([])\n", "batchscope.core.stats") == []
+    scripts = (
+        "import sweeps\nimport stability.answers as sa\nfrom stability import text\n"
+        "from sweeps import _x, heading\nimport json\n"
+        "sweeps._y; sa._point; text.fmt_s; json._default_decoder; heading._z\n"
+    )
+    assert _private_uses(scripts, "overhead.cli") == [
+        "from sweeps import _x",
+        "stability.answers._point",
+        "sweeps._y",
+    ]
+    assert _dotted(SCRIPTS / "stability" / "__init__.py") == "stability"
+    assert _dotted(PACKAGE / "core" / "stats.py") == "batchscope.core.stats"
 
 
 #: What the tests of a floor may not import: the tests mirror the floors they test.

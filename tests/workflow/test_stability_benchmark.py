@@ -1,17 +1,16 @@
-"""The pure parts of scripts/stability_benchmark.py: reading answers, agreement between reruns,
-contradicted separations, full vs race, overrides. No sweeps, no timing."""
+"""The pure parts of scripts/stability_benchmark.py (scripts/stability/answers.py, and the ratio
+summary of scripts/sweeps.py): reading answers, agreement between reruns, contradicted
+separations, full vs race. No sweeps, no timing."""
 
-import importlib.util
+import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "stability_benchmark.py"
-_spec = importlib.util.spec_from_file_location("stability_benchmark", SCRIPT)
-sb = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = sb  # dataclasses look their module up there
-_spec.loader.exec_module(sb)
+from tests.workflow.helpers import SCRIPTS, scripts_module
+
+sb = scripts_module("stability.answers")
+sweeps = scripts_module("sweeps")
 
 GROUP = ("train", "small_cnn", None, 1, 1)  # mode, model, sequence length, accumulation, devices
 
@@ -131,7 +130,34 @@ def test_cv():
 
 
 def test_ratio_summary_is_the_median_of_per_pair_ratios():
-    s = sb.ratio_summary([0.9, 1.0, 1.1, 1.3])
+    s = sweeps.ratio_summary([0.9, 1.0, 1.1, 1.3])
     assert s["median"] == pytest.approx(1.05)
     assert (s["min"], s["max"]) == (0.9, 1.3)
-    assert sb.ratio_summary([0.98])["iqr"] == 0.0
+    assert sweeps.ratio_summary([0.98])["iqr"] == 0.0
+
+
+#: Run a command's side B (``--help`` only) as ``__main__``, its folder first on sys.path as
+#: when it runs as a script, then say whether anything imported batchscope.
+_SIDE_B_THEN_MODULES = """
+import os, runpy, sys
+script, *args = sys.argv[1:]
+sys.argv = [script, *args, "--help"]
+sys.path.insert(0, os.path.dirname(script))
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit:
+    pass
+print("LOADED", any(m.split(".")[0] == "batchscope" for m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    "command", [("stability_benchmark.py", "bare-loop"), ("bare_loop_ratio.py", "bare")]
+)
+def test_side_b_of_a_benchmark_imports_no_batchscope(command):
+    """Side B is the independent loop: the command that starts it must not import batchscope
+    on the way (the editable install would find it without PYTHONPATH)."""
+    cmd = [sys.executable, "-c", _SIDE_B_THEN_MODULES, str(SCRIPTS / command[0]), *command[1:]]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "LOADED False"
