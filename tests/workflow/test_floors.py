@@ -318,7 +318,7 @@ def test_no_module_name_stands_on_two_floors():
     ``bench/models.py`` made a reader open both to learn which resolves an entry and which
     builds the model. (Within one floor, rooms may share a name: ``build.py`` in each.)"""
     names: dict[str, set[str]] = {}
-    for path in _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
         floor = path.relative_to(PACKAGE).parts[0]
         if path.name not in ("__init__.py", "__main__.py") and floor in ("core", "bench", "report"):
             names.setdefault(path.name, set()).add(floor)
