@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(Path(args.config))
     schema = config_module.load_schema(config_module.SCHEMA_PATH)
     completed = config_module.with_defaults(config, schema)  # the schema's defaults
-    train, limit = completed["train"], completed["sweep"]["foreign_cpu_limit"]
+    train, limit = completed["train"], completed["sweep"]["foreign_cpu_limit_frac"]
     timings = {}
     measured_dir = args.measured
     if measured_dir is None:

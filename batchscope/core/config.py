@@ -24,6 +24,17 @@ from jsonschema.exceptions import best_match
 from batchscope.core import datasets, folder_index, grid, model_inputs
 from batchscope.core import model_entries as model_names
 
+#: Keys renamed: the old name's one-line error names the new one (fractions end in _frac).
+RENAMED = {
+    old: f"{old}_frac"
+    for old in (
+        "sweep.margin",
+        "sweep.foreign_cpu_limit",
+        "maxbatch.margin",
+        "maxbatch.tolerance",
+    )
+}
+
 #: The contract: the config's JSON Schema, with every key's default (in this checkout).
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -219,6 +230,11 @@ def check(
         if error.validator == "additionalProperties":
             allowed = error.schema.get("properties", {})
             unknown = sorted(k for k in error.instance if k not in allowed)
+            renamed = RENAMED.get(key_path([*path, unknown[0]]))
+            if renamed is not None:
+                raise ConfigError(
+                    f"config key {key_path([*path, unknown[0]])}: renamed {renamed} (a fraction)"
+                )
             raise ConfigError(
                 f"config key {key_path([*path, unknown[0]])}: unknown key"
                 f" (allowed here: {', '.join(allowed)})"

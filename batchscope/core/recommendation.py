@@ -126,7 +126,7 @@ def _verdict_sentence(v: Verdict, rounds: int) -> str:
     if v.verdict == "equivalent":
         return (
             f"Equivalent: {len(v.tie_set)} points could be the best and each is shown within"
-            f" {_pct(v.margin)} (sweep.margin) of it, so any of them is as good ({tested})."
+            f" {_pct(v.margin)} (sweep.margin_frac) of it, so any of them is as good ({tested})."
         )
     if v.detectable_diff_frac is None:
         return (

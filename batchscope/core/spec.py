@@ -536,10 +536,10 @@ def build_search(config: Mapping[str, Any], *, mode: str, model: str) -> SearchS
     search = config["maxbatch"]
     return SearchSpec(
         run=run,
-        margin=search["margin"],
+        margin=search["margin_frac"],
         cap=search_cap(config, mode),
         start=search["start"],
-        tolerance=search["tolerance"],
+        tolerance=search["tolerance_frac"],
         capacity_mb=search["capacity_mb"],
     )
 

@@ -190,7 +190,7 @@ class Design:
         sweep = config["sweep"]
         return cls(
             level=float(sweep["level"]),
-            margin=float(sweep["margin"]),
+            margin=float(sweep["margin_frac"]),
             strategy=sweep["strategy"],
             first_look=int(config["measure"]["rounds"]),
             max_rounds=int(sweep["max_rounds"]),

@@ -237,7 +237,7 @@ def test_maxbatch_finds_a_real_allocator_limit_on_the_cpu(tmp_path):
         cpu_memory_budget_mb=150,
         # start at 32 and settle within 10%: each trial is a process that imports torch (~6 s),
         # and resident-set readings on the CPU wobble by ~10 MB, which costs predictions their edge
-        maxbatch={"margin": 0.1, "start": 32, "tolerance": 0.1},
+        maxbatch={"margin_frac": 0.1, "start": 32, "tolerance_frac": 0.1},
     )
     search_spec = spec_module.build_search(config, mode="train", model="small_cnn")
     spec_path = tmp_path / "search.spec.json"

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from batchscope.core.config import (
+    RENAMED,
     ConfigError,
     check,
     load_schema,
@@ -93,9 +94,9 @@ def test_the_race_may_not_end_before_its_first_look():
     assert str(info.value).startswith("config key sweep.max_rounds: 3 is below measure.rounds (4)")
     config["sweep"]["strategy"] = "full"  # no race: measure.rounds rounds, max_rounds unused
     check(config, SCHEMA)
-    check(_with("sweep.margin", 0.1), SCHEMA)
-    with pytest.raises(ConfigError, match="^config key sweep.margin:"):
-        check(_with("sweep.margin", 1.5), SCHEMA)
+    check(_with("sweep.margin_frac", 0.1), SCHEMA)
+    with pytest.raises(ConfigError, match="^config key sweep.margin_frac:"):
+        check(_with("sweep.margin_frac", 1.5), SCHEMA)
 
 
 def test_predict_needs_a_target_and_a_short_run_longer_than_the_warmup():
@@ -437,3 +438,10 @@ def test_only_strings_yaml_reads_as_something_else_are_retyped():
     assert yaml_typed(kept) == kept
     with pytest.raises(ConfigError, match="batch_sizes"):
         check(with_command_line(DEFAULT, {"batch_sizes": "abc"}), SCHEMA)
+
+
+@pytest.mark.parametrize("old", sorted(RENAMED))
+def test_a_renamed_key_names_its_new_name(old):
+    with pytest.raises(ConfigError, match=f"^config key {old}: renamed {old}_frac"):
+        check(_with(old, 0.1), SCHEMA)
+    check(_with(f"{old}_frac", 0.1), SCHEMA)  # the new name is the schema's

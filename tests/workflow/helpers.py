@@ -33,7 +33,7 @@ def write_config(workdir: Path, **config) -> Path:
     """The sweep's config file. The machines the tests run on run other work beside them (CI
     does): the foreign-load check is off unless a test sets it, so that a verdict these tests
     read does not depend on that (the check itself: tests/report/test_foreign_load.py)."""
-    config = {**config, "sweep": {"foreign_cpu_limit": 1.0, **config.get("sweep", {})}}
+    config = {**config, "sweep": {"foreign_cpu_limit_frac": 1.0, **config.get("sweep", {})}}
     path = workdir / "my config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

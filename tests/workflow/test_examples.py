@@ -32,7 +32,7 @@ TINY_MEASURE = {
     "train": {"max_steps": 3, "validate": False},  # no pass over the held-out split
     "infer": {"max_steps": 3},
     # these machines run other work beside the tests: no verdict depends on it
-    "sweep": {"foreign_cpu_limit": 1.0},
+    "sweep": {"foreign_cpu_limit_frac": 1.0},
 }
 
 

@@ -36,7 +36,7 @@ def _sweep(root: Path, strategy: str) -> Path:
     workdir.mkdir()
     config = workdir / "config.yaml"
     extra = RACE if strategy == "race" else {"sweep": {}}
-    sweep = {**extra["sweep"], "strategy": strategy, "foreign_cpu_limit": 1.0}
+    sweep = {**extra["sweep"], "strategy": strategy, "foreign_cpu_limit_frac": 1.0}
     config.write_text(yaml.safe_dump({**GRID, **extra, "sweep": sweep}))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory"]

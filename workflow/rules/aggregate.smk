@@ -38,7 +38,7 @@ rule aggregate:
         "../envs/report.yaml"
     params:
         results=grid_results,
-        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
+        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit_frac"],
         # bench.smk writes the log of results/runs/X.json to logs/bench/X.log
         partial=(
             f"--allow-missing --log-dir {paths.BENCH_LOG_DIR} --dataset {DATASET}"

@@ -146,7 +146,7 @@ checkpoint round_done:
     params:
         design=race_options,
         order_seed=config["sweep"]["order_seed"],
-        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
+        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit_frac"],
     shell:
         "python -m batchscope.report.summary.round_decision --round {wildcards.round} {params.design}"
         " --order-seed {params.order_seed} --foreign-cpu-limit {params.foreign_cpu_limit}"

@@ -92,7 +92,7 @@ rule answer:
         "../envs/report.yaml"
     params:
         design=DESIGN_OPTIONS,
-        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit"],
+        foreign_cpu_limit=config["sweep"]["foreign_cpu_limit_frac"],
         energy_eta=config["recommend"]["energy_eta"],
     shell:
         "python -m batchscope.report.recommend.answer --summary {input.summary:q}"

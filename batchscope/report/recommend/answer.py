@@ -11,7 +11,7 @@ inside one process (``batchscope.core.verdict.decide``: multiple comparisons wit
 run-to-run spread pooled over the group's points; the tie set of points that could be the best
 and the verdict ``separated``, ``equivalent`` or ``undetermined``). The pick
 (``batchscope.core.recommendation.choose``) is the best when separated, the least peak memory
-(then fewest workers) among points shown within ``sweep.margin`` of the best, else the best
+(then fewest workers) among points shown within ``sweep.margin_frac`` of the best, else the best
 estimate. The schema is
 ``batchscope/core/recommendation_schema.json`` (docs/results.md); the Markdown and HTML
 recommendation, the plots and the report read this file and derive no answer of their own.
@@ -201,12 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--summary", required=True, help="summary CSV (one row per run)")
     parser.add_argument("--by-point", required=True, help="summary_by_point CSV")
     parser.add_argument("--level", type=float, required=True, help="sweep.level")
-    parser.add_argument("--margin", type=float, required=True, help="sweep.margin")
+    parser.add_argument("--margin", type=float, required=True, help="sweep.margin_frac")
     parser.add_argument("--strategy", choices=rounds.STRATEGIES, required=True)
     parser.add_argument("--rounds", type=int, required=True, help="measure.rounds")
     parser.add_argument("--max-rounds", type=int, required=True, help="sweep.max_rounds")
     parser.add_argument(
-        "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit"
+        "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit_frac"
     )
     parser.add_argument(
         "--energy-eta",

@@ -123,7 +123,7 @@ def recommend(
             frame,
             by_point,
             verdict.Design.from_config(defaults),
-            config.default("sweep.foreign_cpu_limit"),
+            config.default("sweep.foreign_cpu_limit_frac"),
         )
     answers = answer_module.by_group(answer)
     recs = []

@@ -181,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
         "--foreign-cpu-limit",
         type=float,
         required=True,
-        help="sweep.foreign_cpu_limit: flag runs whose foreign_cpu_frac exceeds it (1: none)",
+        help="sweep.foreign_cpu_limit_frac: flag runs whose foreign_cpu_frac exceeds it (1: none)",
     )
     return parser
 

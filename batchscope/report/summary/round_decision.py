@@ -153,13 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--round", type=int, required=True, help="the round just finished")
     parser.add_argument("--strategy", choices=rounds.STRATEGIES, required=True)
     parser.add_argument("--level", type=float, required=True, help="sweep.level")
-    parser.add_argument("--margin", type=float, required=True, help="sweep.margin")
+    parser.add_argument("--margin", type=float, required=True, help="sweep.margin_frac")
     parser.add_argument("--rounds", type=int, required=True, help="measure.rounds")
     parser.add_argument("--max-rounds", type=int, required=True, help="sweep.max_rounds")
     parser.add_argument("--budget-s", type=float, default=None, help="sweep.budget_s")
     parser.add_argument("--order-seed", type=int, required=True)
     parser.add_argument(
-        "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit"
+        "--foreign-cpu-limit", type=float, required=True, help="sweep.foreign_cpu_limit_frac"
     )
     parser.add_argument("--previous", nargs="*", default=[], help="the previous decision")
     parser.add_argument("--results", nargs="*", default=[], help="every run so far")
