@@ -115,43 +115,6 @@ def with_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict[
     return out
 
 
-def yaml_typed(value: Any) -> Any:
-    """``value`` with each string that YAML reads as a number, a bool, null, a list or a map
-    replaced by what YAML reads, inside lists and maps too; other strings are kept.
-
-    Snakemake reads ``--config KEY=VALUE`` with its own parser, which leaves the items of
-    ``[16,64]`` as the strings ``"16"`` and ``"64"`` and ``{rounds: 5}`` as ``{"rounds": "5"}``;
-    this reads them as the same text in the config file would be read."""
-    if isinstance(value, Mapping):
-        return {key: yaml_typed(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [yaml_typed(item) for item in value]
-    if not isinstance(value, str) or not value.strip():
-        return value
-    try:
-        typed = yaml.safe_load(value)
-    except yaml.YAMLError:
-        return value
-    return typed if isinstance(typed, (bool, int, float, list, dict, type(None))) else value
-
-
-def with_command_line(config: Mapping[str, Any], command_line: Mapping[str, Any]) -> dict:
-    """A copy of ``config`` with the keys given on the command line (``command_line``: the
-    ``--config`` values as Snakemake parsed them, ``workflow.config_settings.config``) set to
-    their :func:`yaml_typed` values, maps merged key by key as Snakemake merges them."""
-    out = copy.deepcopy(dict(config))
-    _merge(out, yaml_typed(command_line))
-    return out
-
-
-def _merge(into: dict[str, Any], overlay: Mapping[str, Any]) -> None:
-    for key, value in overlay.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-
-
 def with_defaults(config: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` with every key it leaves out set to the schema's default, nested
     sections included (as Snakemake's ``validate`` fills them in the workflow)."""

@@ -18,12 +18,52 @@ working directory (the workflow's ``CONFIG_DIRS``).
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
+
 from batchscope.core import config as config_module
 from batchscope.core import model_entries, spec
+
+
+def yaml_typed(value: Any) -> Any:
+    """``value`` with each string that YAML reads as a number, a bool, null, a list or a map
+    replaced by what YAML reads, inside lists and maps too; other strings are kept.
+
+    Snakemake reads ``--config KEY=VALUE`` with its own parser, which leaves the items of
+    ``[16,64]`` as the strings ``"16"`` and ``"64"`` and ``{rounds: 5}`` as ``{"rounds": "5"}``;
+    this reads them as the same text in the config file would be read."""
+    if isinstance(value, Mapping):
+        return {key: yaml_typed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [yaml_typed(item) for item in value]
+    if not isinstance(value, str) or not value.strip():
+        return value
+    try:
+        typed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    return typed if isinstance(typed, (bool, int, float, list, dict, type(None))) else value
+
+
+def with_command_line(config: Mapping[str, Any], command_line: Mapping[str, Any]) -> dict:
+    """A copy of ``config`` with the keys given on the command line (``command_line``: the
+    ``--config`` values as Snakemake parsed them, ``workflow.config_settings.config``) set to
+    their :func:`yaml_typed` values, maps merged key by key as Snakemake merges them."""
+    out = copy.deepcopy(dict(config))
+    _merge(out, yaml_typed(command_line))
+    return out
+
+
+def _merge(into: dict[str, Any], overlay: Mapping[str, Any]) -> None:
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
 
 
 def checked(
@@ -37,7 +77,7 @@ def checked(
     """``config`` with the command line's values typed and its data paths found, checked:
     ConfigError (one line naming the key) when the schema or the rules between keys refuse it.
     ``folder_listings``: where an image folder's listing is kept (``core.folder_index``)."""
-    out = config_module.with_command_line(config, command_line)
+    out = with_command_line(config, command_line)
     out = config_module.resolve_paths(out, dirs)
     config_module.check(out, config_module.load_schema(schema_path), folder_listings)
     return out

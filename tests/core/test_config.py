@@ -14,10 +14,9 @@ from batchscope.core.config import (
     load_schema,
     parse_override,
     resolve_paths,
-    with_command_line,
     with_overrides,
-    yaml_typed,
 )
+from batchscope.core.workflow_config import with_command_line, yaml_typed
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
