@@ -28,10 +28,12 @@ class Figure:
 
     @property
     def file(self) -> str:
+        """The file's name, which the figure writers save it as (in ``folder``)."""
         return f"{self.name}.png"
 
     @property
     def path(self) -> str:
+        """The path a rule declares, relative to the working directory."""
         return f"{self.folder}/{self.file}"
 
     @property

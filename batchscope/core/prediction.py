@@ -128,15 +128,24 @@ class Line:
         return self.s_min * (1.0 + ratio)
 
 
-def fit_line(batch_sizes: Sequence[float], steps: Sequence[float]) -> Line:
-    """Least squares of S = S_min + E_min/B over the points (exact through two); B_noise =
-    E_min/S_min. Raises ``PredictionError`` when the points admit no such curve."""
+def _fit_points(
+    batch_sizes: Sequence[float], steps: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The points of a fit as arrays; PredictionError unless there are two batch sizes or more,
+    all positive, with positive finite steps."""
     batch = np.asarray(batch_sizes, dtype=float)
     s = np.asarray(steps, dtype=float)
     if len(np.unique(batch)) < 2:
         raise PredictionError("the fit needs steps to the target at two batch sizes or more")
     if not (np.all(batch > 0) and np.all(np.isfinite(s)) and np.all(s > 0)):
         raise PredictionError("the fit needs positive, finite batch sizes and steps")
+    return batch, s
+
+
+def fit_line(batch_sizes: Sequence[float], steps: Sequence[float]) -> Line:
+    """Least squares of S = S_min + E_min/B over the points (exact through two); B_noise =
+    E_min/S_min. Raises ``PredictionError`` when the points admit no such curve."""
+    batch, s = _fit_points(batch_sizes, steps)
     x = 1.0 / batch
     slope, intercept = np.polyfit(x, s, 1)
     if slope < 0:
@@ -158,12 +167,7 @@ def fit_corner(batch_sizes: Sequence[float], steps: Sequence[float]) -> Line:
     the larger size still scaled perfectly (no corner seen: steps beyond it are extrapolated
     as perfect scaling, and flagged as extrapolated from 2× on). Raises ``PredictionError``
     as ``fit_line``."""
-    batch = np.asarray(batch_sizes, dtype=float)
-    s = np.asarray(steps, dtype=float)
-    if len(np.unique(batch)) < 2:
-        raise PredictionError("the fit needs steps to the target at two batch sizes or more")
-    if not (np.all(batch > 0) and np.all(np.isfinite(s)) and np.all(s > 0)):
-        raise PredictionError("the fit needs positive, finite batch sizes and steps")
+    batch, s = _fit_points(batch_sizes, steps)
     lo, hi = int(np.argmin(batch)), int(np.argmax(batch))
     if s[hi] > s[lo]:
         raise PredictionError(

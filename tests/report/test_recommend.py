@@ -641,22 +641,10 @@ def test_convergence_findings_of_version_1_read_as_version_2(tmp_path):
     current = ttt_part((tmp_path / "rec.md").read_text())
     assert "× 2 accumulated)" in current
 
-    def old(entry):
-        if entry is None:
-            return None
-        rest = {k: v for k, v in entry.items() if k != "effective_batch_size"}
-        return rest | {
-            "batch_size": entry["effective_batch_size"],
-            "micro_batch_size": entry["batch_size"],
-        }
-
     data = json.loads(findings.read_text())
     for group in data["groups"]:
-        group["best"], group["highest_throughput"] = (
-            old(group["best"]),
-            old(group["highest_throughput"]),
-        )
-        group["batches"] = [old(e) for e in group["batches"]]
+        for e in filter(None, [group["best"], group["highest_throughput"], *group["batches"]]):
+            e["batch_size"], e["micro_batch_size"] = e.pop("effective_batch_size"), e["batch_size"]
     data["version"] = 1
     findings.write_text(json.dumps(data))
     assert recommend.main([*argv, "--convergence", str(findings)]) == 0

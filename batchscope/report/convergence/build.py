@@ -35,7 +35,6 @@ These modules need pandas, NumPy, matplotlib and seaborn, never torch.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +43,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from batchscope.core import results
+from batchscope.report import command
 from batchscope.report.convergence.figures import all_figures
 from batchscope.report.convergence.fits import fit_table, local_slopes, regime_of
 from batchscope.report.convergence.notes import recommend
@@ -163,15 +163,10 @@ def full_length_runs(summary: pd.DataFrame, prediction: pd.DataFrame) -> pd.Data
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.convergence.build",
-        description="Steps to target vs batch size, B_simple, the knee and a recommendation.",
-    )
-    parser.add_argument(
-        "--summary", required=True, help="summary CSV from batchscope.report.summary.aggregate"
-    )
-    parser.add_argument(
-        "--curves", required=True, help="curves CSV from batchscope.report.summary.aggregate"
+    parser = command.parser(
+        "batchscope.report.convergence.build",
+        "Steps to target vs batch size, B_simple, the knee and a recommendation.",
+        curves=True,
     )
     parser.add_argument("--outdir", required=True, help="folder for the figures and documents")
     parser.add_argument("--prediction", help="prediction.csv (train.predict)")

@@ -35,7 +35,6 @@ memory figure then marks the largest batch that fits and draws the search's tria
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,6 +45,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from batchscope.core import outputs, results
+from batchscope.report import command
 from batchscope.report.figures import save_png
 from batchscope.report.plots.breakdown import breakdown_figure, data_wait_figure
 from batchscope.report.plots.lines import (
@@ -93,15 +93,8 @@ def all_figures(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.plots.build",
-        description="Draw the sweep's figures as PNGs.",
-    )
-    parser.add_argument(
-        "--summary", required=True, help="summary CSV from batchscope.report.summary.aggregate"
-    )
-    parser.add_argument(
-        "--curves", required=True, help="curves CSV from batchscope.report.summary.aggregate"
+    parser = command.parser(
+        "batchscope.report.plots.build", "Draw the sweep's figures as PNGs.", curves=True
     )
     parser.add_argument("--outdir", required=True, help="folder for the PNGs")
     parser.add_argument(

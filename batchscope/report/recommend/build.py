@@ -42,7 +42,6 @@ declares) says the same.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -52,6 +51,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.core import config, results, verdict
+from batchscope.report import command
 from batchscope.report.convergence.pages import upgrade_findings
 from batchscope.report.recommend import answer as answer_module
 from batchscope.report.recommend import energy_plot, objectives
@@ -207,12 +207,9 @@ def _best_accuracy(points: pd.DataFrame, best) -> dict[str, Any] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m batchscope.report.recommend.build",
-        description="Recommend a batch size and worker count from the sweep's summary.",
-    )
-    parser.add_argument(
-        "--summary", required=True, help="summary CSV from batchscope.report.summary.aggregate"
+    parser = command.parser(
+        "batchscope.report.recommend.build",
+        "Recommend a batch size and worker count from the sweep's summary.",
     )
     parser.add_argument("--env", required=True, help="captured environment JSON")
     parser.add_argument(
