@@ -51,6 +51,34 @@ RUN_KEYS = (*POINT_KEYS[:2], "dataset", *POINT_KEYS[2:], "seed", "round")
 
 _TEXT_KEYS = ("mode", "model")
 
+#: How a run's keys stand in its path: the folders, then the file name's parts in order, each
+#: ``(key, prefix, kind)``: ``always``; ``tokens`` (token data only: ``seq128_`` leads the
+#: name); ``not_one`` (absent at its default of 1, so the paths from before the devices axis
+#: stay: ``_dev2``); ``later`` (absent from results written before it). ``core.paths`` builds
+#: the path pattern and the file name's parser from these, so a new axis is a row here.
+PATH_FOLDERS = ("mode", "model")
+FILE_PARTS = (
+    ("sequence_length", "seq", "tokens"),
+    ("batch_size", "bs", "always"),
+    ("accumulation_steps", "acc", "always"),
+    ("num_workers", "nw", "always"),
+    ("devices", "dev", "not_one"),
+    ("seed", "seed", "always"),
+    ("round", "round", "later"),
+)
+
+#: What each key's wildcard matches in the rules' paths (common.smk's wildcard_constraints).
+WILDCARDS = {
+    "mode": "|".join(MODES),
+    "model": "[A-Za-z0-9_]+",
+    "sequence_length": r"[1-9]\d*",
+    "batch_size": r"[1-9]\d*",
+    "accumulation_steps": r"[1-9]\d*",
+    "num_workers": r"\d+",
+    "seed": r"\d+",
+    "round": r"[1-9]\d*",
+}
+
 
 def _value(key: str, value: Any) -> Any:
     if key == "sequence_length":  # absent or empty (None, NaN, pandas' NA) for images

@@ -10,19 +10,30 @@ import re
 from pathlib import Path
 from typing import Any
 
-#: One benchmark job's result stem: ``<stem>.json`` and ``<stem>.steps.csv``.
-#: ``{devices_tag}`` is empty for one device (the paths from before the devices axis) and
-#: ``_dev<N>`` for N devices (:func:`devices_tag`).
-RUN = (
-    "results/runs/{mode}/{model}/"
-    "bs{batch_size}_acc{accumulation_steps}_nw{num_workers}{devices_tag}_seed{seed}_round{round}"
-)
+from batchscope.core import grid
+
+
+def _file_pattern(tokens: bool) -> str:
+    parts = []
+    for key, prefix, kind in grid.FILE_PARTS:
+        if kind == "tokens" and not tokens:
+            continue
+        # devices: empty at one device, ``_dev<N>`` else (:func:`devices_tag`)
+        parts.append("{devices_tag}" if kind == "not_one" else f"_{prefix}{{{key}}}")
+    return "".join(parts).removeprefix("_")
+
+
+#: One benchmark job's result stem: ``<stem>.json`` and ``<stem>.steps.csv``, built from
+#: ``grid.FILE_PARTS``: ``results/runs/{mode}/{model}/bs{batch_size}_acc{accumulation_steps}
+#: _nw{num_workers}{devices_tag}_seed{seed}_round{round}``. ``{devices_tag}`` is empty for one
+#: device (the paths from before the devices axis) and ``_dev<N>`` for N devices.
+RUN = "results/runs/" + "".join(f"{{{k}}}/" for k in grid.PATH_FOLDERS) + _file_pattern(False)
 #: What ``{devices_tag}`` matches: nothing, or ``_dev<N>`` for N >= 2.
 DEVICES_TAG = r"(?:_dev(?:[2-9]|[1-9]\d+))?"
 #: A token sweep's result stem: the sequence length leads the file name (``seq128_bs64_...``).
 #: An image sweep has no sequence length, and its paths stay as they were: a sweep has one
 #: dataset, so the workflow takes one of the two patterns (:func:`run_pattern`).
-RUN_TOKENS = RUN.replace("/bs{batch_size}", "/seq{sequence_length}_bs{batch_size}")
+RUN_TOKENS = RUN.replace(_file_pattern(False), _file_pattern(True))
 
 
 def run_pattern(tokens: bool) -> str:
@@ -48,11 +59,21 @@ SPEC_DIR = "specs"
 #: The bench rule's logs: ``results/runs/X.json``'s is ``logs/bench/X.log`` (:func:`log_of`).
 BENCH_LOG_DIR = "logs/bench"
 
-#: The file name of a run's result (its mode and model are the two parent folders).
-RESULT_NAME = re.compile(
-    r"(?:seq(?P<sequence_length>\d+)_)?bs(?P<batch_size>\d+)_acc(?P<accumulation_steps>\d+)"
-    r"_nw(?P<num_workers>\d+)(?:_dev(?P<devices>\d+))?_seed(?P<seed>\d+)(?:_round(?P<round>\d+))?\.json"
-)
+
+def _name_regex() -> re.Pattern:
+    lead, rest = "", ""
+    for key, prefix, kind in grid.FILE_PARTS:
+        part = f"{prefix}(?P<{key}>\\d+)"
+        if kind == "tokens":  # leads the name: ``seq128_``
+            lead += f"(?:{part}_)?"
+        else:  # the others joined by ``_``; an optional one with its ``_``
+            rest += f"_{part}" if kind == "always" else f"(?:_{part})?"
+    return re.compile(lead + rest.removeprefix("_") + r"\.json")
+
+
+#: The file name of a run's result (its mode and model are the two parent folders); a part
+#: absent (no sequence length, one device, a result from before rounds) does not match.
+RESULT_NAME = _name_regex()
 
 
 def devices_tag(devices: int | str) -> str:

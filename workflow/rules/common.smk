@@ -91,16 +91,10 @@ shell.prefix(
 )
 
 
+# The run keys' from the grid's declaration (batchscope.core.grid.WILDCARDS).
 wildcard_constraints:
-    mode="train|infer",
-    model="[A-Za-z0-9_]+",
-    batch_size=r"[1-9]\d*",
-    accumulation_steps=r"[1-9]\d*",
-    num_workers=r"\d+",
+    **grid.WILDCARDS,
     devices_tag=paths.DEVICES_TAG,
-    seed=r"\d+",
-    round=r"[1-9]\d*",
-    sequence_length=r"[1-9]\d*",
     dataset="fashion_mnist|cifar10|imagefolder",
 
 
