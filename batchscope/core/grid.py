@@ -4,8 +4,10 @@ A *point* is what the recommendation compares: mode × model × sequence length 
 accumulation × workers × devices. Its runs are its measurements (seeds and rounds, each a fresh
 process). A *group* is what one answer is given for: the point without the two axes the answer
 chooses between (:data:`CHOICE_KEYS`). Every key list of the tables, the rounds and the result
-files is derived here from :class:`GridPoint`'s fields: adding an axis is a field here, its
-key in the config schema, and the code that uses it.
+files is derived here from :class:`GridPoint`'s fields, and the run's path, its file name's
+parser and the rules' wildcard constraints from :data:`FILE_PARTS` and :data:`WILDCARDS`:
+adding an axis is a field, a row and a wildcard here, its key in the config schema, and the
+code that uses it.
 """
 
 from __future__ import annotations
