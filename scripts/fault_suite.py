@@ -8,8 +8,9 @@ workers, a few steps), injects one fault during ``snakemake --cores 2`` and read
 the one line the user sees, the status recorded for the points the fault hit (the result's
 ``status``, or ``failed``/``missing`` as ``--config partial=True`` records a point without
 one), how many finished results were lost, and what a plain rerun redoes once the cause is
-gone. Exits 1 when a case lost a finished result, its rerun redid a job the fault did not
-touch, or its rerun failed; 2 when a case could not be run.
+gone (the plan of ``snakemake -n``). Exits 1 when a case lost a finished result or its rerun
+would redo a job the fault did not touch (or could not be planned); 2 when a case could not be
+run.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def run_case(name: str, suite: Suite) -> tuple[Row, bool]:
         row, ran = CASES[name](suite), True
     except Exception as exc:  # the suite's own failure: said in the row, the rest go on
         traceback.print_exc()
-        row, ran = Row(name, clip(f"suite error: {exc}"), "?", 0, "?", 0, rerun_ok=False), False
+        row, ran = Row(name, clip(f"suite error: {exc}"), "?", 0, "?", 0, plan_ok=False), False
     verdict = "ok" if row.ok else "FAULT"
     print(f"{name}: {verdict} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return row, ran

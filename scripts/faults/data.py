@@ -58,7 +58,7 @@ def _image_case(suite: Suite, case: str, title: str, broken: bytes) -> Row:
 
     def sees(run: Run) -> str:
         text = (root / "results" / "recommendation.md").read_text()
-        return user_line(text, [r"unreadable image"])
+        return user_line(text, [r"unreadable image"]).removeprefix("- ")
 
     row = observe(
         title, folder, lambda: folder.run("--cores", "2"), points=[point], sees=sees,
@@ -98,6 +98,7 @@ def _mirror_case(suite: Suite, case: str, title: str, content: bytes) -> Row:
         return observe(
             title, folder, lambda: folder.run("--cores", "2"), points=[point], fix=fix,
             setup_touched=["download_dataset"],
+            how="met by a fetch after the dataset's cache was deleted, one point left to run",
         )  # fmt: skip
     finally:
         if not link.is_symlink():

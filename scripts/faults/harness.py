@@ -10,10 +10,10 @@ that is running when it hits), injects the fault during ``snakemake --cores 2``,
   without: ``batchscope.report.summary.result_files.absent_result``);
 - finished results lost: results of other points that existed before the fault and are gone or
   rewritten after it (must be 0);
-- what a plain rerun redoes, once the cause is gone: ``snakemake --cores 2`` again (with
-  ``--unlock`` first when the lock is left, as the README tells), its job table, and whether it
-  rewrote any result that existed after the fault or redid a set-up job (dataset, model check,
-  environment) the fault did not touch (must be none).
+- what a plain rerun redoes, once the cause is gone: the plan of ``snakemake -n`` (with
+  ``--unlock`` first when a lock is left, as the README tells), its job table, and whether it
+  would rewrite a result that existed after the fault or redo a set-up job (dataset, model
+  check, environment) the fault did not touch (must be none).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ SETUP = ("download_dataset", "capture_environment", "model_check")
 USER_LINES = (
     r"^batchscope[\w ]*: .*(error|died)",
     r"^batchscope: ",
-    r"cannot be locked|LockException",
+    r"cannot be locked",
     r"^Error in rule",
 )
 WIDTH = 100
@@ -97,12 +97,12 @@ class Row:
     lost: int
     redoes: str
     unaffected: int  # jobs the rerun redid that the fault did not touch
-    rerun_ok: bool = True
+    plan_ok: bool = True
     how: str = ""  # how the fault was injected, where the case name does not say
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.unaffected == 0 and self.rerun_ok
+        return self.lost == 0 and self.unaffected == 0 and self.plan_ok
 
 
 @dataclasses.dataclass
@@ -157,6 +157,7 @@ class Folder:
 
     path: Path
     config: Path
+    runs: int = 0  # the commands run so far (each one's output: <folder>.<n>.out)
 
     def cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
@@ -165,13 +166,14 @@ class Folder:
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
         return {**subprocess_env(), **(extra or {})}
 
-    def run(self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 900) -> Run:
-        done = subprocess.run(self.cmd(*args), env=self._env(env), capture_output=True,
-                              text=True, timeout=timeout_s)  # fmt: skip
-        return Run(done.returncode, done.stdout + done.stderr)
+    def run(self, *args: str, env: dict[str, str] | None = None) -> Run:
+        """Run ``snakemake *args`` to its end (its output also kept beside the folder)."""
+        return self.start(*args, env=env).wait()
 
-    def start(self, *args: str, env: dict[str, str] | None = None, tag: str = "") -> Running:
-        log = self.path.parent / f"{self.path.name}{tag}.out"
+    def start(self, *args: str, env: dict[str, str] | None = None) -> Running:
+        """Start ``snakemake *args``; its output goes to ``<folder>.<n>.out`` beside it."""
+        self.runs += 1
+        log = self.path.parent / f"{self.path.name}.{self.runs}.out"
         return Running(self.cmd(*args), self._env(env), log)
 
     def results(self) -> dict[str, int]:
@@ -188,10 +190,12 @@ class Folder:
         return f"{stem}.json"
 
     def drop(self, mode: str, batch_size: int, devices: int = 1) -> str:
-        """Remove one point's result and steps, so that the sweep runs it again; its result."""
+        """Remove one point's result and steps with the summary, as the README says to redo a
+        point, so that the sweep runs it again; its result."""
         point = self.point(mode, batch_size, devices)
         (self.path / point).unlink()
         (self.path / result_files.steps_path(point)).unlink()
+        (self.path / "results" / "summary.csv").unlink(missing_ok=True)
         return point
 
     def write_config(self, config: dict) -> None:
@@ -232,77 +236,115 @@ class Suite:
         return config
 
     def base(self, name: str) -> Folder:
+        """The finished base sweep ``name``: run now, or found finished in this suite's folder
+        (``--workdir`` again)."""
         if name not in self.bases:
             folder = Folder(self.root / f"base-{name}", Path())
-            folder.path.mkdir()
+            folder.path.mkdir(exist_ok=True)
             folder.write_config(self.config(name))
-            print(f"building the {name} base sweep in {folder.path}", file=sys.stderr, flush=True)
-            done = folder.run("--cores", "2")
-            if done.returncode != 0:
-                tail = "\n".join(done.output.splitlines()[-30:])
-                raise SystemExit(f"{tail}\nthe {name} base sweep failed: {folder.path}")
+            if not (folder.path / "results" / "summary.csv").exists():
+                print(f"building the {name} base sweep in {folder.path}", file=sys.stderr)
+                done = folder.run("--cores", "2")
+                if done.returncode != 0:
+                    tail = "\n".join(done.output.splitlines()[-30:])
+                    raise SystemExit(f"{tail}\nthe {name} base sweep failed: {folder.path}")
             self.bases[name] = folder
         return self.bases[name]
 
     def copy(self, base: str, case: str) -> Folder:
         source = self.base(base)
-        target = self.root / case
-        shutil.copytree(source.path, target, symlinks=True)
+        target = self.fresh(case)
+        shutil.copytree(source.path, target, symlinks=True, dirs_exist_ok=True)
         return Folder(target, target / source.config.name)
 
     def fresh(self, case: str) -> Path:
-        """An empty folder for a case that starts from nothing."""
+        """An empty folder for the case (what an earlier run of it left, removed)."""
         target = self.root / case
+        if target.exists():
+            shutil.rmtree(target)
         target.mkdir()
         return target
 
 
 def user_line(text: str, patterns: Iterable[str] = USER_LINES) -> str:
     """The first line of ``text`` matching the first of ``patterns`` that any line matches
-    (else its last non-empty line), one line, at most ``WIDTH`` characters."""
+    (else its last non-empty line)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for pattern in patterns:
-        hits = [line for line in lines if re.search(pattern, line)]
+        hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
         if hits:
-            return clip(hits[0])
-    return clip(lines[-1]) if lines else ""
+            return failed_job(lines, hits[0])
+    return lines[-1] if lines else ""
 
 
-def clip(line: str) -> str:
-    line = " ".join(line.split()).replace("|", "/")
-    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+def failed_job(lines: list[str], at: int) -> str:
+    """``lines[at]``; when that is Snakemake's ``Error in rule X:``, with what the job's log
+    ends with (Snakemake prints it, ``show-failed-logs``), or that the log is empty."""
+    if not lines[at].startswith("Error in rule"):
+        return lines[at]
+    block = lines[at + 1 :]
+    logfile = next((i for i, line in enumerate(block) if line.startswith("Logfile ")), None)
+    if logfile is None:
+        return f"{lines[at]} (no log)"
+    if block[logfile].endswith("empty file"):
+        return f"{lines[at]} its log is empty"
+    # the log, between two rules of '='
+    shown = block[logfile + 2 :]
+    end = next((i for i, line in enumerate(shown) if set(line) == {"="}), len(shown))
+    return f"{lines[at]} {shown[end - 1]}" if end else lines[at]
+
+
+def clip(line: str, root: Path | None = None) -> str:
+    """``line`` on one line, without table rules, the suite's folder ``root`` and the middle of
+    md5 digests, at most ``WIDTH`` characters: a longer one keeps its start and its end (where
+    a message says why), the middle elided."""
+    if root is not None:
+        line = line.replace(f"{root}/", "")
+    line = re.sub(r"\b([0-9a-f]{6})[0-9a-f]{26}\b", r"\1…", " ".join(line.split()))
+    line = line.replace("|", "/")
+    if len(line) <= WIDTH:
+        return line
+    head = WIDTH * 6 // 10
+    return f"{line[:head]} … {line[head - WIDTH + 3 :]}"
 
 
 def describe(counts: dict[str, int]) -> str:
-    """A rerun's job table in words: ``download_dataset, 1 bench + 5 after``, or nothing."""
+    """A rerun's job table in words: ``1 download_dataset, 1 bench + 5 after``, or nothing."""
     rules = {rule: n for rule, n in counts.items() if rule != "total"}
     after = sum(rules.pop(rule, 0) for rule in AFTER)
-    words = [rule if n == 1 else f"{n} {rule}" for rule, n in rules.items()]
+    words = [f"{n} {rule}" for rule, n in rules.items()]
     text = ", ".join(words)
     if after:
         text = f"{text} + {after} after" if text else f"{after} after"
     return text or "nothing"
 
 
-def rerun(folder: Folder, kept: dict[str, int], setup_touched: Iterable[str] = ()) -> Row:
-    """A plain rerun (``--unlock`` first when Snakemake says the folder is locked): what it
-    redid (``redoes``), how many of those jobs the fault had not touched (``unaffected``: a
-    result in ``kept`` rewritten, a set-up job not in ``setup_touched``) and whether it ended
-    well. The other fields are left for the case."""
-    done = folder.run("--cores", "2")
-    unlocked = False
-    if done.returncode != 0 and "cannot be locked" in done.output:
+def planned_outputs(plan: str) -> set[str]:
+    """Every output file of the jobs a dry run lists (its ``output:`` lines)."""
+    found: set[str] = set()
+    for line in plan.splitlines():
+        if line.strip().startswith("output: "):
+            found.update(line.strip().removeprefix("output: ").split(", "))
+    return found
+
+
+def rerun(folder: Folder, kept: Iterable[str], setup_touched: Iterable[str] = ()) -> Row:
+    """What a plain rerun would redo: the plan of ``snakemake -n`` (``--unlock`` first when a
+    lock was left, as the README tells): ``redoes`` in words, and ``unaffected``, the jobs in
+    it the fault did not touch (one that would rewrite a result in ``kept``, a set-up job not
+    in ``setup_touched``). The other fields are left for the case."""
+    unlocked = any((folder.path / ".snakemake" / "locks").glob("*"))
+    if unlocked:
         folder.run("--unlock")
-        done, unlocked = folder.run("--cores", "2"), True
-    counts = job_counts(done.output) if "Job stats:" in done.output else {}
-    now = folder.results()
-    rewritten = [p for p, mtime in kept.items() if now.get(p) != mtime]
-    setup = [r for r in SETUP if counts.get(r) and r not in set(setup_touched)]
+    plan = folder.run("-n")
+    counts = job_counts(plan.output) if "Job stats:" in plan.output else {}
+    redone = planned_outputs(plan.output) & set(kept)
+    setup = [rule for rule in SETUP if counts.get(rule) and rule not in set(setup_touched)]
     redoes = ("after --unlock: " if unlocked else "") + describe(counts)
-    if done.returncode != 0:
-        redoes += f" (rerun failed: {user_line(done.output)})"
-    unaffected = len(rewritten) + sum(counts[r] for r in setup)
-    return Row("", "", "", 0, redoes, unaffected, rerun_ok=done.returncode == 0)
+    if plan.returncode != 0:
+        redoes += f" (the plan failed: {clip(user_line(plan.output))})"
+    unaffected = len(redone) + sum(counts[rule] for rule in setup)
+    return Row("", "", "", 0, redoes, unaffected, plan_ok=plan.returncode == 0)
 
 
 def observe(
@@ -328,4 +370,5 @@ def observe(
     if fix is not None:
         fix()
     row = rerun(folder, after, setup_touched)
-    return dataclasses.replace(row, case=case, sees=sees(seen), status=recorded, lost=lost, how=how)
+    line = clip(sees(seen), folder.path.parent)
+    return dataclasses.replace(row, case=case, sees=line, status=recorded, lost=lost, how=how)

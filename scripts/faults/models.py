@@ -18,6 +18,8 @@ def build(width=6, in_ch=1, classes=10):
 """
 #: The same file with a syntax error in it.
 BROKEN = MYNET.replace("def build(width=6, in_ch=1, classes=10):", "def build(width=6, in_ch=1:")
+#: Where the model faults are met: the user adds their model to a finished sweep.
+ADDED = "the user's model added to a finished small_cnn sweep"
 ENTRY = {"name": "mynet", "factory": "models/mynet.py:build", "kwargs": {"width": 6}}
 
 
@@ -57,6 +59,7 @@ def broken_model_file(suite: Suite) -> Row:
     return observe(
         "a model file that does not import (syntax error)", folder,
         lambda: folder.run("--cores", "2"), points=points, fix=fix, setup_touched=["model_check"],
+        how=ADDED,
     )  # fmt: skip
 
 
@@ -68,7 +71,7 @@ def checkpoint_mismatch(suite: Suite) -> Row:
     return observe(
         "a checkpoint that does not fit the model", folder,
         lambda: folder.run("--cores", "2"), points=points,
-        fix=lambda: save_checkpoint(folder, width=6), setup_touched=["model_check"],
+        fix=lambda: save_checkpoint(folder, width=6), setup_touched=["model_check"], how=ADDED,
     )  # fmt: skip
 
 
