@@ -125,8 +125,9 @@ class Running:
             )
 
     def job(self, needle: str, timeout_s: float = 300) -> psutil.Process:
-        """The benchmark process (``python -m batchscope.bench...``) whose command line names
-        ``needle`` (its spec), once it has started."""
+        """The job's process (``python -m batchscope.bench`` or one of its modules:
+        ``batchscope.bench.model_check``, ...) whose command line names ``needle`` (its spec),
+        once it has started."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.process.poll() is None:
             for child in psutil.Process(self.process.pid).children(recursive=True):
@@ -134,10 +135,12 @@ class Running:
                     cmd = child.cmdline()
                 except psutil.Error:
                     continue
-                if cmd[1:3] == ["-m", "batchscope.bench"] and any(needle in a for a in cmd):
+                module = cmd[2] if cmd[1:2] == ["-m"] and len(cmd) > 2 else ""
+                ours = module == "batchscope.bench" or module.startswith("batchscope.bench.")
+                if ours and any(needle in arg for arg in cmd):
                     return child
             time.sleep(0.05)
-        raise RuntimeError(f"no benchmark job of {needle} started (see {self.log})")
+        raise RuntimeError(f"no job of {needle} started (see {self.log})")
 
     def signal_group(self, signum: int) -> None:
         os.killpg(self.process.pid, signum)
