@@ -29,6 +29,8 @@ sys.path.insert(0, str(REPO))
 from faults import CASES  # noqa: E402 - after the checkout is on the path
 from faults.harness import Row, Suite, clip  # noqa: E402
 
+from tests.workflow.helpers import DEBIAN_FMNIST  # noqa: E402
+
 HEADER = ("case", "what the user sees", "status recorded", "finished results lost",
           "rerun redoes")  # fmt: skip
 
@@ -83,6 +85,8 @@ def run_case(name: str, suite: Suite) -> tuple[Row, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not DEBIAN_FMNIST.is_dir():
+        raise SystemExit(f"needs {DEBIAN_FMNIST}: apt-get install dataset-fashion-mnist")
     root = args.workdir or Path(tempfile.mkdtemp(prefix="batchscope-faults-"))
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
