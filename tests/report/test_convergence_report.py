@@ -136,7 +136,7 @@ def test_mean_ci_is_student_t_over_the_finite_values():
 def test_table_intervals_counts_and_lr():
     reports = cr.analyse(sweep())
     assert len(reports) == 1
-    table = reports[0].table.set_index("batch")
+    table = reports[0].table.set_index("effective_batch_size")
     steps16 = [S_MIN * (1 + B_NOISE / 16) * f for f in SEED_FACTORS]
     half = T_2 * np.std(steps16, ddof=1) / math.sqrt(3)
     assert table.at[16, "steps_mean"] == pytest.approx(np.mean(steps16))
@@ -158,7 +158,7 @@ def test_table_intervals_counts_and_lr():
 def test_the_seconds_interval_is_taken_on_log_seconds_and_never_reaches_below_zero():
     # seconds spread as a noisy machine spreads them: on the seconds, 25 s [-11, 61]
     summary = _with_seconds(sweep(), {32: [8.0, 16.0, 51.0]})
-    row = cr.analyse(summary)[0].table.set_index("batch").loc[32]
+    row = cr.analyse(summary)[0].table.set_index("effective_batch_size").loc[32]
     logs = np.log([8.0, 16.0, 51.0])
     half = T_2 * np.std(logs, ddof=1) / math.sqrt(3)
     assert row["seconds_mean"] == pytest.approx(math.exp(logs.mean()))
@@ -193,7 +193,7 @@ def test_knee_fit_uses_only_batch_sizes_every_seed_reached():
     low, high = report.knee.interval
     assert low <= report.knee.b_noise <= high
     assert "256" in report.knee_note
-    regimes = dict(zip(report.table["batch"], report.table["regime"], strict=True))
+    regimes = dict(zip(report.table["effective_batch_size"], report.table["regime"], strict=True))
     assert regimes[16] == fits.regime(16, report.knee.b_noise)  # on the edge: 16 = 64/4
     assert regimes[32] == regimes[64] == regimes[128] == "diminishing returns"
     assert regimes[256] == "no benefit"  # 256 >= 4 * 64
@@ -227,7 +227,7 @@ def test_recommends_lowest_time_to_target_not_highest_throughput():
     report = cr.analyse(sweep())[0]
     # seconds: 16 -> 9.0, 32 -> 7.8, 64 -> 8.4, 128 -> 11.1 (mean over seeds); 256 is the fastest
     # per sample and did not reach the target in every seed
-    assert report.best["batch"] == 32
+    assert report.best["effective_batch_size"] == 32
     text = report.recommendation
     assert "batch size 32" in text and "0.025" in text and "linear scaling" in text
     assert "highest throughput is at batch size 256" in text
@@ -250,9 +250,9 @@ def test_runner_up_is_judged_by_a_test_across_seeds_not_by_overlapping_intervals
     # Welch's test separates them (one-sided p ≈ 0.01)
     summary = _with_seconds(sweep(), {32: [7.7, 7.8, 7.9], 64: [8.0, 8.1, 8.2]})
     report = cr.analyse(summary)[0]
-    low_64 = report.table.set_index("batch").loc[64, "seconds_low"]
-    assert low_64 < report.table.set_index("batch").loc[32, "seconds_high"]  # they overlap
-    assert report.best["batch"] == 32
+    table = report.table.set_index("effective_batch_size")
+    assert table.loc[64, "seconds_low"] < table.loc[32, "seconds_high"]  # they overlap
+    assert report.best["effective_batch_size"] == 32
     assert "The next, batch size 64, took 8.1 s (longer beyond the seeds' noise" in (
         report.recommendation
     )
@@ -322,7 +322,7 @@ def test_steps_figure_has_the_perfect_scaling_line_and_the_markers():
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     (perfect,) = by_gid(fig, figs.GID_PERFECT)
     x, y = perfect.get_data()
-    mean16 = report.table.set_index("batch").at[16, "steps_mean"]
+    mean16 = report.table.set_index("effective_batch_size").at[16, "steps_mean"]
     assert np.interp(16.0, x, y) == pytest.approx(mean16, rel=0.02)  # through the smallest batch
     assert np.allclose(x * y, 16 * mean16)  # slope -1 on log-log axes
     (b_simple,) = by_gid(fig, figs.GID_B_SIMPLE)

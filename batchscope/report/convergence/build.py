@@ -99,7 +99,7 @@ def _model_report(model: str, dataset: str, accumulation: int, rows: pd.DataFram
     ran = table["n_failed"] < table["n_seeds"]  # a batch size no seed ran has no regime
     table["regime"] = [
         regime_of(b, knee) if knee is not None and r else None
-        for b, r in zip(table["batch"], ran, strict=True)
+        for b, r in zip(table["effective_batch_size"], ran, strict=True)
     ]
     table["slope_to_next"] = local_slopes(table)
     report = ModelReport(
@@ -155,9 +155,10 @@ def full_length_runs(summary: pd.DataFrame, prediction: pd.DataFrame) -> pd.Data
     frame = prepare(summary)
     short = prediction[~prediction["calibration"].astype(bool)]
     keys = set(zip(short["model"], short["effective_batch_size"].astype(int), strict=True))
+    effective = frame["effective_batch_size"]
     drop = [
         mode == "train" and (model, int(batch)) in keys
-        for mode, model, batch in zip(frame["mode"], frame["model"], frame["batch"], strict=True)
+        for mode, model, batch in zip(frame["mode"], frame["model"], effective, strict=True)
     ]
     return summary[~pd.Series(drop, index=summary.index)]
 

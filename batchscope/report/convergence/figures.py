@@ -106,7 +106,7 @@ def steps_figure(reports: Sequence[ModelReport]) -> Figure:
 def _draw_steps(ax, report: ModelReport) -> None:
     """One model's panel of ``steps_figure``."""
     table = report.table
-    sizes = table["batch"].tolist()
+    sizes = table["effective_batch_size"].tolist()
     markers = [m for m in _markers(report) if m and math.isfinite(m) and m > 0]
     lo = min([*sizes, *markers]) / 1.5
     hi = max([*sizes, *markers]) * 1.5
@@ -144,7 +144,7 @@ def _draw_reached(ax, reached: pd.DataFrame, xs: np.ndarray) -> list[float]:
     low = (reached["steps_mean"] - reached["steps_low"]).fillna(0.0)
     high = (reached["steps_high"] - reached["steps_mean"]).fillna(0.0)
     bars = ax.errorbar(
-        reached["batch"],
+        reached["effective_batch_size"],
         reached["steps_mean"],
         yerr=[low, high],
         fmt="o-",
@@ -155,7 +155,9 @@ def _draw_reached(ax, reached: pd.DataFrame, xs: np.ndarray) -> list[float]:
     )
     bars.lines[0].set_gid(GID_MEAN)
     seeds = [
-        (b, v) for b, vs in zip(reached["batch"], reached["steps_values"], strict=True) for v in vs
+        (b, v)
+        for b, vs in zip(reached["effective_batch_size"], reached["steps_values"], strict=True)
+        for v in vs
     ]
     ax.scatter(
         *zip(*seeds, strict=True),
@@ -169,7 +171,7 @@ def _draw_reached(ax, reached: pd.DataFrame, xs: np.ndarray) -> list[float]:
     shown = [v for _, v in seeds] + reached["steps_high"].dropna().tolist()
     shown += (reached["steps_low"].dropna().clip(lower=1.0)).tolist()
     first = reached.iloc[0]
-    b0, s0 = float(first["batch"]), float(first["steps_mean"])
+    b0, s0 = float(first["effective_batch_size"]), float(first["steps_mean"])
     ax.plot(
         xs,
         s0 * b0 / xs,
@@ -186,7 +188,9 @@ def _draw_not_reached(ax, table: pd.DataFrame) -> list[float]:
     """Seeds that did not reach the target, at the steps they ran, and each batch size's count
     of them at the bottom; returns the step counts drawn."""
     censored = [
-        (b, v) for b, vs in zip(table["batch"], table["budget_steps"], strict=True) for v in vs
+        (b, v)
+        for b, vs in zip(table["effective_batch_size"], table["budget_steps"], strict=True)
+        for v in vs
     ]
     if censored:
         ax.scatter(
@@ -203,7 +207,7 @@ def _draw_not_reached(ax, table: pd.DataFrame) -> list[float]:
         missed = row.n_seeds - row.n_reached
         if missed:
             ax.text(
-                row.batch,
+                row.effective_batch_size,
                 0.02,
                 f"{missed}/{row.n_seeds}\nmissed",
                 transform=ax.get_xaxis_transform(),
@@ -352,8 +356,8 @@ def loss_figure(
 
 def _draw_losses(ax, rows: pd.DataFrame, x: str) -> None:
     """Each batch size's smoothed mean training loss, and its mean validation loss as points."""
-    palette = _palette(sorted(set(rows["batch"])))
-    for batch, group in rows.groupby("batch", sort=True):
+    palette = _palette(sorted(set(rows["effective_batch_size"])))
+    for batch, group in rows.groupby("effective_batch_size", sort=True):
         color = palette[int(batch)]
         train = _mean_curve(group, "loss")
         window = max(1, round(len(train) * SMOOTH_FRACTION))
@@ -374,7 +378,8 @@ def noise_figure(
         rows = run_curves(curves, summary, report)
         if rows.empty:
             continue
-        history = {int(b): noise_history(g) for b, g in rows.groupby("batch", sort=True)}
+        by_batch = rows.groupby("effective_batch_size", sort=True)
+        history = {int(b): noise_history(g) for b, g in by_batch}
         history = {b: h for b, h in history.items() if len(h)}
         if history:
             panels.append((report, history))

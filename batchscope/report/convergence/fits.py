@@ -237,7 +237,8 @@ def fit_table(table: pd.DataFrame) -> tuple[Knee | None, str]:
     the batch sizes whose seeds all reached the target, and a sentence on what it was fitted to
     (or why it was not: fewer than MIN_FIT_SIZES such batch sizes gives None)."""
     points = table[table["all_reached"] & table["steps_mean"].notna()]
-    skipped = table[~table["all_reached"] & (table["n_reached"] > 0)]["batch"].tolist()
+    partly = ~table["all_reached"] & (table["n_reached"] > 0)
+    skipped = table.loc[partly, "effective_batch_size"].tolist()
     if len(points) < MIN_FIT_SIZES:
         return None, (
             "Too few batch sizes reached the target in every seed to fit the knee "
@@ -249,7 +250,8 @@ def fit_table(table: pd.DataFrame) -> tuple[Knee | None, str]:
     boot = None
     if any(len(v) > 1 for v in values):
         boot = _bootstrap_means(values, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED)
-    knee = fit_knee(points["batch"].tolist(), points["steps_mean"].tolist(), bootstrap=boot)
+    sizes = points["effective_batch_size"].tolist()
+    knee = fit_knee(sizes, points["steps_mean"].tolist(), bootstrap=boot)
     note = f"Fitted to {len(points)} batch sizes whose seeds all reached the target"
     if skipped:
         note += f"; left out (not every seed reached it): {sizes_text(skipped)}"
@@ -274,9 +276,8 @@ def local_slopes(table: pd.DataFrame) -> list[float]:
         if there is None or not (here.steps_mean > 0 and there.steps_mean > 0):
             slopes.append(math.nan)
             continue
-        slopes.append(
-            math.log(there.steps_mean / here.steps_mean) / math.log(there.batch / here.batch)
-        )
+        growth = there.effective_batch_size / here.effective_batch_size
+        slopes.append(math.log(there.steps_mean / here.steps_mean) / math.log(growth))
     return slopes
 
 

@@ -77,11 +77,11 @@ def recommend(report: ModelReport) -> tuple[dict[str, Any] | None, str]:
     picks = candidates(table)
     if picks.empty:
         return None, _no_candidate_text(report)
-    best = picks.sort_values(["seconds_mean", "batch"]).iloc[0].to_dict()
+    best = picks.sort_values(["seconds_mean", "effective_batch_size"]).iloc[0].to_dict()
     text = _best_text(report, best, picks)
     text += _runner_up_text(best, picks)
     text += _throughput_text(best, table)
-    text += " " + position_text(best["batch"], report)
+    text += " " + position_text(best["effective_batch_size"], report)
     return best, text
 
 
@@ -98,36 +98,38 @@ def _no_candidate_text(report: ModelReport) -> str:
     return (
         f"No batch size of {report.model} reached the target ({report.target_text}) in every "
         f"seed, so none is recommended. Some seeds reached it at batch size(s) "
-        f"{sizes_text(partly['batch'])}: train longer or set a lower target to compare them."
+        f"{sizes_text(partly['effective_batch_size'])}: train longer or set a lower target to "
+        "compare them."
     )
 
 
 def _best_text(report: ModelReport, best: Mapping[str, Any], picks: pd.DataFrame) -> str:
     """The recommended batch size, its learning rate and its time to the target."""
-    accumulated = ""
-    if best["micro_batch"] != best["batch"]:
-        steps = best["batch"] // best["micro_batch"]
-        accumulated = f" ({best['micro_batch']} × {steps} accumulated)"
+    effective, accumulated = best["effective_batch_size"], ""
+    if best["batch_size"] != effective:
+        steps = effective // best["batch_size"]
+        accumulated = f" ({best['batch_size']} × {steps} accumulated)"
     return (
-        f"Train {report.model} with batch size {best['batch']}"
+        f"Train {report.model} with batch size {effective}"
         + accumulated
         + f" at learning rate {lr_text(best)}: it reached {report.target_text} in "
         f"{_ci_text(best, 'seconds', '{:.1f}', ' s')} on the clock, the lowest mean time to target "
-        f"of the batch sizes that reached it in every seed ({sizes_text(picks['batch'])})."
+        "of the batch sizes that reached it in every seed "
+        f"({sizes_text(picks['effective_batch_size'])})."
     )
 
 
 def _runner_up_text(best: Mapping[str, Any], picks: pd.DataFrame) -> str:
     """The next fastest batch size to the target, and whether a test across the seeds
     separates it from the recommended one (``_separation_text``)."""
-    rest = picks[picks["batch"] != best["batch"]].sort_values("seconds_mean")
+    others = picks["effective_batch_size"] != best["effective_batch_size"]
+    rest = picks[others].sort_values("seconds_mean")
     if not len(rest):
         return ""
     second = rest.iloc[0]
     return (
-        f" The next, batch size {second['batch']}, took {second['seconds_mean']:.1f} s"
-        + _separation_text(best, second)
-        + "."
+        f" The next, batch size {second['effective_batch_size']}, took "
+        f"{second['seconds_mean']:.1f} s" + _separation_text(best, second) + "."
     )
 
 
@@ -153,22 +155,23 @@ def _separation_text(best: Mapping[str, Any], second: Mapping[str, Any]) -> str:
             f"one-sided p = {test.pvalue:.2g})"
         )
     return (
-        f" (not separated from batch size {best['batch']} by the seeds: Welch's t-test on log "
-        f"seconds over {seeds}, one-sided p = {test.pvalue:.2g}; more seeds could tell)"
+        f" (not separated from batch size {best['effective_batch_size']} by the seeds: Welch's "
+        f"t-test on log seconds over {seeds}, one-sided p = {test.pvalue:.2g}; more seeds could "
+        "tell)"
     )
 
 
 def _throughput_text(best: Mapping[str, Any], table: pd.DataFrame) -> str:
     """How the batch size with the highest throughput fared, when it is not the recommended."""
     top = highest_throughput(table)
-    if top is None or top["batch"] == best["batch"]:
+    if top is None or top["effective_batch_size"] == best["effective_batch_size"]:
         return ""
     if top["all_reached"]:
         outcome = f"takes {top['seconds_mean']:.1f} s to the target"
     else:
         outcome = f"reached the target in {top['n_reached']} of {top['n_seeds']} seeds"
     return (
-        f" The highest throughput is at batch size {top['batch']} "
+        f" The highest throughput is at batch size {top['effective_batch_size']} "
         f"({top['samples_per_s']:.0f} samples/s), which {outcome}: throughput alone "
         "would have chosen it."
     )
@@ -185,7 +188,7 @@ def position(batch: int, report: ModelReport) -> dict[str, str | None]:
         to_knee = relation(batch, knee.b_noise)
     else:  # beyond the largest batch (edge above), or below the smallest (edge below)
         to_knee = "below" if knee.edge == "above" else "above"
-    row = report.table[report.table["batch"] == batch]
+    row = report.table[report.table["effective_batch_size"] == batch]
     return {
         "b_simple": relation(batch, noise.median) if noise is not None else None,
         "knee": to_knee,
@@ -247,10 +250,11 @@ def _evidence_row(report: ModelReport, row: Mapping[str, Any]) -> list[str]:
     reached = f"{row['n_reached']}/{row['n_seeds']}"
     if row["failures"]:
         reached += f" ({row['failures']})"
-    batch = str(row["batch"])
-    if row["micro_batch"] != row["batch"]:
-        batch += f" ({row['micro_batch']} × {row['batch'] // row['micro_batch']})"
-    if report.best is not None and row["batch"] == report.best["batch"]:
+    effective, micro = row["effective_batch_size"], row["batch_size"]
+    batch = str(effective)
+    if micro != effective:
+        batch += f" ({micro} × {effective // micro})"
+    if report.best is not None and effective == report.best["effective_batch_size"]:
         batch += " ★"
     return [
         batch,
@@ -374,7 +378,7 @@ def intro(report: ModelReport) -> str:
             "size's seconds come from the same input pipeline."
         )
     if report.eval_every and report.metric is not None and len(report.table):
-        smallest = int(report.table["batch"].min())
+        smallest = int(report.table["effective_batch_size"].min())
         text += (
             f" The runs evaluated every {report.eval_every:.0f} samples: steps to the target is "
             "the first evaluation that met it, so it overstates the true value by up to "

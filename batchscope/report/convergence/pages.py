@@ -166,11 +166,11 @@ def _quantity(row: Mapping[str, Any], quantity: str) -> dict[str, Any]:
 
 def _batch_findings(row: Mapping[str, Any]) -> dict[str, Any]:
     """One row of a model's table (``batch_table``), as JSON-ready values."""
-    batch, micro = int(row["batch"]), int(row["micro_batch"])
+    batch, effective = int(row["batch_size"]), int(row["effective_batch_size"])
     return {
-        "batch_size": micro,
-        "effective_batch_size": batch,
-        "accumulation_steps": batch // micro,
+        "batch_size": batch,
+        "effective_batch_size": effective,
+        "accumulation_steps": effective // batch,
         "n_seeds": int(row["n_seeds"]),
         "n_reached": int(row["n_reached"]),
         "n_not_reached": int(row["n_not_reached"]),
@@ -193,9 +193,10 @@ def _best_findings(report: ModelReport) -> dict[str, Any] | None:
     """The recommended batch size's entry, with where it sits (None when none is)."""
     if report.best is None:
         return None
-    where = position(report.best["batch"], report)
+    effective = report.best["effective_batch_size"]
+    where = position(effective, report)
     return _batch_findings(report.best) | {
-        "position": where | {"text": position_text(report.best["batch"], report)}
+        "position": where | {"text": position_text(effective, report)}
     }
 
 
@@ -229,6 +230,7 @@ def _knee_findings(fitted: Knee | None) -> dict[str, Any] | None:
 def findings(report: ModelReport) -> dict[str, Any]:
     """What the report found for one model, as JSON-ready values (see ``write_findings``)."""
     table = report.table
+    effective = table["effective_batch_size"]
     top = highest_throughput(table)
     return {
         "mode": "train",
@@ -241,15 +243,15 @@ def findings(report: ModelReport) -> dict[str, Any]:
         if report.metric is None
         else {"metric": report.metric, "value": report.target, "text": report.target_text},
         "best": _best_findings(report),
-        "candidates": [int(b) for b in candidates(table)["batch"]],
+        "candidates": [int(b) for b in candidates(table)["effective_batch_size"]],
         "highest_throughput": _batch_findings(top) if top is not None else None,
         "b_simple": _b_simple_findings(report.noise),
         "knee": _knee_findings(report.knee),
         "knee_note": report.knee_note,
         "regimes": regime_groups(report) if report.knee is not None else None,
-        "never_reached": [int(b) for b in table.loc[table["n_reached"] == 0, "batch"]],
+        "never_reached": [int(b) for b in effective[table["n_reached"] == 0]],
         "partly_reached": [
-            int(b) for b in table.loc[(table["n_reached"] > 0) & ~table["all_reached"], "batch"]
+            int(b) for b in effective[(table["n_reached"] > 0) & ~table["all_reached"]]
         ],
         "batches": [_batch_findings(row) for row in table.to_dict("records")],
         "recommendation": report.recommendation,

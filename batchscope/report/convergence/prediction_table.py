@@ -101,7 +101,7 @@ def _g2_trace(rows: pd.DataFrame, *, by_run: bool = False) -> tuple[np.ndarray, 
     g2 = (big * data["noise_sq_big"] - small * data["noise_sq_small"]) / (big - small)
     trace = (data["noise_sq_small"] - data["noise_sq_big"]) / (1.0 / small - 1.0 / big)
     if by_run:
-        runs = [rows.loc[data.index, key] for key in ("batch", "seed")]
+        runs = [rows.loc[data.index, key] for key in ("effective_batch_size", "seed")]
         g2, trace = g2.groupby(runs).sum(), trace.groupby(runs).sum()
     return g2.to_numpy(float), trace.to_numpy(float)
 
@@ -115,7 +115,7 @@ def _run_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     for key in keys[2:]:
         curves[key] = pd.to_numeric(curves.get(key, 1), errors="coerce")
     noise = ["noise_scale_batch_small", "noise_scale_batch_big"]
-    runs = runs.reindex(columns=[*keys, "batch", *noise])
+    runs = runs.reindex(columns=[*keys, "effective_batch_size", *noise])
     rows = curves.merge(runs, on=keys, how="inner")
     rows["step"] = pd.to_numeric(rows["step"], errors="coerce")
     return rows
@@ -147,7 +147,7 @@ def _measured(frame: pd.DataFrame) -> dict[int, dict[str, float]]:
     """Per effective batch size whose seeds all reached the target: the mean steps to it, and
     the seconds' geometric mean and Student-t 95% interval on log seconds."""
     out = {}
-    for batch, group in frame.groupby("batch"):
+    for batch, group in frame.groupby("effective_batch_size"):
         if group.empty or not (group["reached"] & (group["status"] == "ok")).all():
             continue
         mean, low, high = log_mean_ci(group["seconds_to_target"].dropna())
@@ -165,7 +165,7 @@ def _calibration_steps(runs: pd.DataFrame, cal: Sequence[int]) -> dict[int, list
     it (the prediction is then one line, never a guess)."""
     steps: dict[int, list[float]] = {}
     for b in cal:
-        group = runs[runs["batch"] == b]
+        group = runs[runs["effective_batch_size"] == b]
         missed = int((~(group["reached"] & (group["status"] == "ok"))).sum())
         if missed:
             raise core.PredictionError(
@@ -184,8 +184,8 @@ def _noise_rows(
     if run_rows.empty:
         return run_rows, run_rows
     early = run_rows[run_rows["step"] <= predict_steps]
-    full = run_rows[run_rows["batch"].isin(cal)]
-    last = full.groupby(["batch", "seed"])["step"].transform("max")
+    full = run_rows[run_rows["effective_batch_size"].isin(cal)]
+    last = full.groupby(["effective_batch_size", "seed"])["step"].transform("max")
     late = full[full["step"] > last * (1 - LATE_SHARE)]
     return early, late[late["step"] > predict_steps]
 
@@ -260,7 +260,7 @@ def _model_rows(
     """prediction.csv's rows for one mode × model."""
     mode, model = model_runs["mode"].iloc[0], model_runs["model"].iloc[0]
     runs = model_runs[model_runs["num_workers"] == chosen_workers(model_runs)]
-    batches = sorted(int(b) for b in runs["batch"].unique())
+    batches = sorted(int(b) for b in runs["effective_batch_size"].unique())
     cal = core.calibration_sizes(batches, calibration)
     ok = runs[runs["status"] == "ok"]
     device_s = float(pd.to_numeric(runs.get("wall_s"), errors="coerce").sum())
@@ -277,7 +277,7 @@ def _model_rows(
         if calibration != "noise_scale" and len(cal) < 2:
             raise core.PredictionError("the sweep has fewer than two batch sizes to calibrate on")
         steps = _calibration_steps(runs, cal)
-        speeds = {b: _speeds(ok[ok["batch"] == b]) for b in batches}
+        speeds = {b: _speeds(ok[ok["effective_batch_size"] == b]) for b in batches}
         noise = _g2_trace(early_rows, by_run=True) if len(cal) == 1 else None
         result = core.predict(steps, speeds, noise=noise, shape=core.SHAPES[calibration])
     except core.PredictionError as exc:

@@ -74,7 +74,9 @@ def _truthy(value: Any) -> bool:
 
 def prepare(summary: pd.DataFrame) -> pd.DataFrame:
     """A copy of the summary with the NUMERIC columns numeric, ``accumulation_steps`` filled,
-    ``batch`` (the effective batch size) and ``reached`` (the run reached its target)."""
+    ``effective_batch_size`` (``batch_size`` × ``accumulation_steps``, the samples of one update;
+    computed for every row, those without a result too) and ``reached`` (the run reached its
+    target)."""
     frame = summary.copy()
     for column in NUMERIC:
         if column in frame:
@@ -85,7 +87,7 @@ def prepare(summary: pd.DataFrame) -> pd.DataFrame:
     # the convergence report compares batch sizes on one device; runs on several are the
     # devices axis's (summary, scaling plot), kept out of its tables
     frame = frame[frame["devices"] == 1].copy()
-    frame["batch"] = (frame["batch_size"] * frame["accumulation_steps"]).astype(int)
+    frame["effective_batch_size"] = (frame["batch_size"] * frame["accumulation_steps"]).astype(int)
     reached = frame.get("target_reached", pd.Series(False, index=frame.index))
     frame["reached"] = [_truthy(v) for v in reached]
     return frame
@@ -102,31 +104,33 @@ def chosen_workers(rows: pd.DataFrame) -> int:
 def batch_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per effective batch size of one model's runs (one worker count).
 
-    Columns: ``batch`` (effective batch size), ``micro_batch``, ``n_seeds`` (rows, whatever their
-    status), ``n_reached``, ``n_not_reached`` (ran ok and did not reach), ``n_failed`` (any other
-    status) and ``failures`` (``seed:status;...``), ``all_reached`` (every seed ran ok and reached),
-    for steps, samples and seconds ``<q>_mean``, ``<q>_low``, ``<q>_high`` (over the seeds that
-    reached; Student t 95%) and ``<q>_values``, ``budget_steps`` (steps of each seed that did not
-    reach), ``lr``, ``base_lr``, ``lr_scaling``, ``samples_per_s`` (mean over ok seeds), and
-    ``b_simple``, ``b_simple_low``, ``b_simple_high`` and ``b_simple_runs`` (``noise_scale`` of
-    the batch size's ok runs: medians over the seeds with a positive estimate, and their count).
+    Columns: ``effective_batch_size``, ``batch_size`` (its micro-batch), ``n_seeds`` (rows,
+    whatever their status), ``n_reached``, ``n_not_reached`` (ran ok and did not reach),
+    ``n_failed`` (any other status) and ``failures`` (``seed:status;...``), ``all_reached`` (every
+    seed ran ok and reached), for steps, samples and seconds ``<q>_mean``, ``<q>_low``,
+    ``<q>_high`` (over the seeds that reached; Student t 95%) and ``<q>_values``,
+    ``budget_steps`` (steps of each seed that did not reach), ``lr``, ``base_lr``,
+    ``lr_scaling``, ``samples_per_s`` (mean over ok seeds), and ``b_simple``, ``b_simple_low``,
+    ``b_simple_high`` and ``b_simple_runs`` (``noise_scale`` of the batch size's ok runs: medians
+    over the seeds with a positive estimate, and their count).
     """
     out = [
         _seed_counts(batch, group) | _to_target(group) | _settings(group)
-        for batch, group in rows.groupby("batch", sort=True)
+        for batch, group in rows.groupby("effective_batch_size", sort=True)
     ]
     return pd.DataFrame(out)
 
 
 def _seed_counts(batch: Any, group: pd.DataFrame) -> dict[str, Any]:
-    """The batch size, and how many of its seeds reached the target, ran short or failed."""
+    """The effective batch size and its micro-batch, and how many of its seeds reached the
+    target, ran short or failed."""
     ok = group[group["status"] == "ok"]
     reached = group[group["reached"]]
     not_reached = ok[~ok["reached"]]
     failed = group[group["status"] != "ok"].sort_values("seed")
     return {
-        "batch": int(batch),
-        "micro_batch": int(group["batch_size"].iloc[0]),
+        "effective_batch_size": int(batch),
+        "batch_size": int(group["batch_size"].iloc[0]),
         "n_seeds": len(group),
         "n_reached": len(reached),
         "n_not_reached": len(not_reached),
@@ -286,7 +290,8 @@ def regime_groups(report: ModelReport) -> dict[str, list[int]]:
     """The batch sizes in each regime of the fitted curve, by regime (every REGIMES key)."""
     regimes = report.table.dropna(subset=["regime"])
     return {
-        name: [int(b) for b in regimes.loc[regimes["regime"] == name, "batch"]] for name in REGIMES
+        name: [int(b) for b in regimes.loc[regimes["regime"] == name, "effective_batch_size"]]
+        for name in REGIMES
     }
 
 
@@ -311,7 +316,7 @@ def run_curves(curves: pd.DataFrame, summary: pd.DataFrame, report: ModelReport)
     keys = ["mode", "model", "dataset", "batch_size", "accumulation_steps", "num_workers"]
     keys += ["devices", "seed"]
     curves = with_grid_defaults(curves)
-    columns = [*keys, "batch", "noise_scale_batch_small", "noise_scale_batch_big"]
+    columns = [*keys, "effective_batch_size", "noise_scale_batch_small", "noise_scale_batch_big"]
     runs = runs.reindex(columns=columns)
     rows = curves.merge(runs, on=keys, how="inner")
     for column in ("step", "samples_seen", "elapsed_s", "loss", "val_loss"):
@@ -326,5 +331,5 @@ def eval_spacing(rows: pd.DataFrame) -> float | None:
         return None
     metric = "val_accuracy" if "val_accuracy" in rows else "val_loss"
     evals = rows[pd.to_numeric(rows[metric], errors="coerce").notna()]
-    gaps = evals.groupby(["batch", "seed"])["samples_seen"].diff().dropna()
+    gaps = evals.groupby(["effective_batch_size", "seed"])["samples_seen"].diff().dropna()
     return float(gaps.median()) if len(gaps) else None

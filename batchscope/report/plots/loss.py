@@ -57,7 +57,9 @@ def loss_curves_figure(curves: pd.DataFrame, summary: pd.DataFrame | None = None
     colours = palette(pd.concat([train["batch_size"], failed["batch_size"]]))
     fig, axes = subplots(len(keys), width=5.4)
     for ax, key in zip(axes, keys, strict=True):
-        rows = select(train, key).assign(batch=lambda d: d["batch_size"].astype(int).astype(str))
+        rows = select(train, key)
+        # a panel holds one accumulation_steps: its lines are the micro-batches, by their label
+        rows = rows.assign(batch_size=rows["batch_size"].astype(int).astype(str))
         handles = _draw_loss_panel(ax, rows, select(failed, key), colours)
         ax.set_title(panel_title(key))
         ax.set_xlabel("samples seen (samples)")
@@ -90,7 +92,7 @@ def _train_steps(
 def _draw_loss_panel(ax, rows: pd.DataFrame, fails: pd.DataFrame, colours) -> list:
     """Draw one model's loss curves and failure marks; returns legend handles."""
     handles = []
-    hue_order = [b for b in colours if b in set(rows["batch"])]
+    hue_order = [b for b in colours if b in set(rows["batch_size"])]
     if rows.empty:
         ax.text(0.5, 0.6, "no training steps recorded", ha="center", transform=ax.transAxes)
     else:
@@ -112,7 +114,7 @@ def _draw_loss_panel(ax, rows: pd.DataFrame, fails: pd.DataFrame, colours) -> li
             data=healthy,
             x="samples_seen",
             y="loss",
-            hue="batch",
+            hue="batch_size",
             hue_order=hue_order,
             palette=colours,
             estimator="mean",
@@ -127,7 +129,7 @@ def _draw_loss_panel(ax, rows: pd.DataFrame, fails: pd.DataFrame, colours) -> li
 
 def _mark_warmup(ax, rows: pd.DataFrame, colours) -> None:
     """An open circle at each warm-up step's mean loss, per batch size."""
-    warmup = rows[rows["phase"] == "warmup"].groupby(["batch", "samples_seen"], as_index=False)
+    warmup = rows[rows["phase"] == "warmup"].groupby(["batch_size", "samples_seen"], as_index=False)
     for _, point in warmup["loss"].mean().iterrows():
         ax.scatter(
             [point["samples_seen"]],
@@ -135,7 +137,7 @@ def _mark_warmup(ax, rows: pd.DataFrame, colours) -> None:
             marker="o",
             s=22,
             facecolors="none",
-            edgecolors=[colours[point["batch"]]],
+            edgecolors=[colours[point["batch_size"]]],
             zorder=4,
         )
 
@@ -145,7 +147,7 @@ def _draw_diverged(ax, rows: pd.DataFrame, colours) -> None:
     style = FAILED_STYLE["diverged"]
     diverged = rows[rows["status"] == "diverged"].sort_values("samples_seen")
     labelled = set()
-    for (batch, _, _), run in diverged.groupby(["batch", "num_workers", "seed"]):
+    for (batch, _, _), run in diverged.groupby(["batch_size", "num_workers", "seed"]):
         ax.plot(run["samples_seen"], run["loss"], color=colours[batch], linewidth=1, alpha=0.8)
         x, y = run["samples_seen"].iloc[-1], run["loss"].iloc[-1]
         ax.scatter([x], [y], marker=style["marker"], color=style["color"], s=70, zorder=5)
