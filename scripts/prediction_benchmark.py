@@ -90,8 +90,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def train_runs(summary: pd.DataFrame) -> pd.DataFrame:
     train = summary[summary["mode"] == "train"].copy()
-    train["batch"] = train["batch_size"] * train.get("accumulation_steps", 1)
+    train["effective_batch_size"] = train["batch_size"] * train.get("accumulation_steps", 1)
     return train
+
+
+def train_samples(summary: pd.DataFrame) -> float:
+    """The samples the sweep's training runs took: steps run x effective batch size, summed."""
+    train = train_runs(summary)
+    return float((train["steps_run"] * train["effective_batch_size"]).sum())
 
 
 def device_seconds(summary: pd.DataFrame) -> float:
@@ -107,11 +113,14 @@ def emulated_cost(
     train = train_runs(summary)
     cal = table[table["calibration"].astype(bool)]
     calibration = set(zip(cal["model"], cal["effective_batch_size"].astype(int), strict=True))
-    full = [(m, int(b)) in calibration for m, b in zip(train["model"], train["batch"], strict=True)]
+    full = [
+        (m, int(b)) in calibration
+        for m, b in zip(train["model"], train["effective_batch_size"], strict=True)
+    ]
     wall = pd.to_numeric(train["wall_s"], errors="coerce")
     steps = pd.to_numeric(train["steps_run"], errors="coerce")
     share = (predict_steps / steps).clip(upper=1.0)
-    samples = steps * train["batch"]
+    samples = steps * train["effective_batch_size"]
     return float(wall.where(full, wall * share).sum()), float(
         samples.where(full, samples * share).sum()
     )
@@ -132,7 +141,7 @@ def measured_seconds(
         print(f"left out of the measured tie set: {int(loaded.sum())} runs under foreign load")
     runs = runs[~loaded.astype(bool)]
     out = {}
-    for batch, group in runs.groupby("batch"):
+    for batch, group in runs.groupby("effective_batch_size"):
         reached = group["status"].eq("ok") & group["target_reached"].astype(str).str.lower().eq(
             "true"
         )
@@ -222,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     curves = pd.read_csv(predicted_dir / "results" / "curves.csv", low_memory=False)
     strategies = STRATEGIES if args.emulate else (train["predict_calibration"],)
     spent_m = device_seconds(measured)
-    samples_m = float((train_runs(measured)["steps_run"] * train_runs(measured)["batch"]).sum())
+    samples_m = train_samples(measured)
     lines = []
     for strategy in strategies:
         table = predict_frame(
@@ -240,9 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             spent_p, samples_p = emulated_cost(summary, table, predict_steps)
         else:
             spent_p = device_seconds(summary)
-            samples_p = float(
-                (train_runs(summary)["steps_run"] * train_runs(summary)["batch"]).sum()
-            )
+            samples_p = train_samples(summary)
         for model, rows in table.groupby("model", sort=True):
             print(f"\n== {strategy}: {model} (table: {out}) ==")
             seconds = measured_seconds(measured, model, limit)
