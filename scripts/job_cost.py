@@ -96,12 +96,18 @@ def prepare_data(cfg: dict, folder: Path) -> None:
     subprocess.run(cmd, check=True, cwd=folder, env=subprocess_env(), capture_output=True)
 
 
+def job_args(spec: Path, out: Path, threads: int) -> list[str]:
+    """A bench job's arguments, as the workflow's bench rule gives them: its result and steps
+    are ``out`` with ``.json`` and ``.steps.csv``."""
+    return [str(spec), "--threads", str(threads), "--output", f"{out}.json",
+            "--steps", f"{out}.steps.csv"]  # fmt: skip
+
+
 def run_job(spec: Path, checkout: Path, folder: Path, name: str, args) -> dict[str, Any]:
     """One fresh job, as the workflow's bench rule runs it; its figures."""
     out = folder / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "batchscope.bench", str(spec), "--threads", str(args.threads)]
-    cmd += ["--output", f"{out}.json", "--steps", f"{out}.steps.csv"]
+    cmd = [sys.executable, "-m", "batchscope.bench", *job_args(spec, out, args.threads)]
     env = {**subprocess_env(checkout), "PYTHONHASHSEED": "0"}
     started = time.perf_counter()
     done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True)

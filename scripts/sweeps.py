@@ -54,19 +54,22 @@ def load_config(path: Path = DEFAULT_CONFIG) -> dict[str, Any]:
 
 def snakemake_command(
     folder: Path,
-    cores: int,
+    cores: int | None,
     configfile: Path | None = None,
     extra: Sequence[str] = (),
     program: str | None = None,
 ) -> list[str]:
     """The command that runs this checkout's workflow in ``folder`` with ``configfile`` (None:
-    the default config); ``program``: the snakemake to run (None: this environment's)."""
+    the default config) on ``cores`` (None: no --cores, for a dry run or an unlock);
+    ``program``: the snakemake to run (None: this environment's)."""
     if program is None:
         program = shutil.which("snakemake", path=subprocess_env()["PATH"]) or "snakemake"
     cmd = [program, "-s", str(REPO / "Snakefile"), "--directory", str(folder)]
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]
-    return [*cmd, "--cores", str(cores), *extra]
+    if cores is not None:
+        cmd += ["--cores", str(cores)]
+    return [*cmd, *extra]
 
 
 def run_sweep(label: str, cores: int, configfile: Path | None = None) -> tuple[Path, float]:

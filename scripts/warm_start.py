@@ -23,7 +23,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import job_cost
-from sweeps import median, subprocess_env
+from sweeps import REPO, median
 
 ROWS = ("wall_s", "phase_startup_s", "samples_per_s", "peak_mem_mb")
 
@@ -46,19 +45,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def command(spec: Path, out: Path, threads: int) -> list[str]:
-    """The bench job's arguments, as the workflow's bench rule gives them."""
-    return [str(spec), "--threads", str(threads), "--output", f"{out}.json",
-            "--steps", f"{out}.steps.csv"]  # fmt: skip
-
-
 def fresh(spec: Path, out: Path, threads: int) -> float:
-    """One job in a new interpreter; its wall seconds."""
-    cmd = [sys.executable, "-m", "batchscope.bench", *command(spec, out, threads)]
-    env = {**subprocess_env(), "PYTHONHASHSEED": "0"}
-    started = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, capture_output=True)
-    return time.perf_counter() - started
+    """One job in a new interpreter, as job_cost.py runs it (``out``: ``<folder>/results/<name>``);
+    its wall seconds."""
+    folder, options = out.parent.parent, argparse.Namespace(threads=threads)
+    return job_cost.run_job(spec, REPO, folder, out.name, options)["outside_s"]
 
 
 def forked(spec: Path, out: Path, threads: int) -> float:
@@ -73,7 +64,7 @@ def forked(spec: Path, out: Path, threads: int) -> float:
             with open(os.devnull, "w") as quiet:
                 os.dup2(quiet.fileno(), 1)
                 os.dup2(quiet.fileno(), 2)
-            code = job.main(command(spec, out, threads)) or 0
+            code = job.main(job_cost.job_args(spec, out, threads)) or 0
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

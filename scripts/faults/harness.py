@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
-from sweeps import REPO, subprocess_env
+from sweeps import snakemake_command, subprocess_env
 
 from batchscope.core import paths
 from batchscope.report.summary import result_files
@@ -163,8 +163,7 @@ class Folder:
     runs: int = 0  # the commands run so far (each one's output: <folder>.<n>.out)
 
     def cmd(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
-                "--directory", str(self.path), "--configfile", str(self.config), *args]  # fmt: skip
+        return snakemake_command(self.path, None, self.config, args)
 
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
         return {**subprocess_env(), **(extra or {})}
