@@ -12,7 +12,7 @@ import random
 import shutil
 
 from batchscope.core import paths
-from faults.harness import MEASURE, Folder, Row, Run, Suite, observe, user_line
+from faults.harness import MEASURE, READS_ANSWER, Folder, Row, Suite, observe
 from tests.factories import NO_RACE
 from tests.workflow.helpers import DEBIAN_FMNIST, write_config
 
@@ -56,13 +56,9 @@ def _image_case(suite: Suite, case: str, title: str, broken: bytes) -> Row:
     folder = Folder(root, write_config(root, **config))
     point = folder.point("infer", 4)
 
-    def sees(run: Run) -> str:
-        text = (root / "results" / "recommendation.md").read_text()
-        return user_line(text, [r"unreadable image"]).removeprefix("- ")
-
     row = observe(
-        title, folder, lambda: folder.run("--cores", "2"), points=[point], sees=sees,
-        how="what the user reads: results/recommendation.md",
+        title, folder, lambda: folder.run("--cores", "2"), points=[point],
+        sees=lambda run: folder.answer_line(r"unreadable image"), how=READS_ANSWER,
     )  # fmt: skip
     result = root / point
     if result.exists():

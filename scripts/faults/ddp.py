@@ -9,7 +9,7 @@ import os
 from sweeps import REPO
 
 from batchscope.bench.job import FAULT_RANK_ENV
-from faults.harness import Row, Run, Suite, observe, user_line
+from faults.harness import READS_ANSWER, Row, Run, Suite, observe
 
 #: Names the rank whose CPU memory budget ``SITECUSTOMIZE`` shrinks to nothing.
 OOM_RANK_ENV = "BATCHSCOPE_FAULT_SUITE_OOM_RANK"
@@ -55,14 +55,12 @@ def rank_oom(suite: Suite) -> Row:
     def fault() -> Run:
         return folder.run("--cores", "2", env=env)
 
-    def sees(run: Run) -> str:  # the job succeeds: its oom is a result, read in the answer
-        text = (folder.path / "results" / "recommendation.md").read_text()
-        return user_line(text, [r"Out of memory"])
-
+    # the job succeeds: its oom is a result, which the answer reports
     return observe(
-        "OOM (CPU memory budget) in rank 1 of 2", folder, fault, points=[point], sees=sees,
+        "OOM (CPU memory budget) in rank 1 of 2", folder, fault, points=[point],
+        sees=lambda run: folder.answer_line(r"Out of memory"),
         how="rank 1's budget set to 0 MB beyond what it holds (a sitecustomize on PYTHONPATH);"
-        " what the user reads: results/recommendation.md",
+        f" {READS_ANSWER}",
     )  # fmt: skip
 
 

@@ -85,6 +85,9 @@ USER_LINES = (
     r"^Error in rule",
 )
 WIDTH = 100
+#: The answer a case reads what the user sees from, where no job failed (``Folder.answer_line``).
+ANSWER = "results/recommendation.md"
+READS_ANSWER = f"what the user reads: {ANSWER}"
 
 
 @dataclasses.dataclass
@@ -199,6 +202,12 @@ class Folder:
         (self.path / result_files.steps_path(point)).unlink()
         (self.path / "results" / "summary.csv").unlink(missing_ok=True)
         return point
+
+    def answer_line(self, pattern: str) -> str:
+        """The line of the answer (``results/recommendation.md``) that says what ``pattern``
+        finds, without its list mark: what the user reads where no job failed."""
+        text = (self.path / ANSWER).read_text()
+        return user_line(text, [pattern]).removeprefix("- ")
 
     def write_config(self, config: dict) -> None:
         self.config = write_config(self.path, **config)

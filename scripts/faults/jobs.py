@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from batchscope.core import paths
-from faults.harness import Row, Run, Suite, observe, user_line
+from faults.harness import READS_ANSWER, Row, Run, Suite, observe
 
 #: A learning rate no small CNN survives: the loss is not finite within a few steps.
 DIVERGING_LR = 1.0e30
@@ -62,13 +62,9 @@ def nan_loss(suite: Suite) -> Row:
     folder.write_config(config)
     points = [folder.point("train", batch) for batch in (8, 16)]
 
-    def sees(run: Run) -> str:
-        text = (folder.path / "results" / "recommendation.md").read_text()
-        return user_line(text, [r"diverg"])
-
     return observe(
         f"NaN loss (train.lr: {DIVERGING_LR:g})", folder, lambda: folder.run("--cores", "2"),
-        points=points, sees=sees, how="what the user reads: results/recommendation.md",
+        points=points, sees=lambda run: folder.answer_line(r"diverg"), how=READS_ANSWER,
     )  # fmt: skip
 
 
