@@ -29,6 +29,16 @@ cols = ["mode", "batch_size", "num_workers", "round", "status", "samples_per_s",
 print(pd.read_csv(sys.argv[1])[cols].to_string(index=False))
 PY
 cat "$out/results/recommendation.md"
+# issue 23: every run forked from the warm interpreter (sweep.launch: warm), each on the GPU: the
+# warm interpreter imported torch without touching CUDA, so its children could initialise it
+python - "$out/results/summary.csv" <<'PY'
+import sys
+import pandas as pd
+summary = pd.read_csv(sys.argv[1])
+print(summary.groupby(["launch", "device", "status"]).size().to_string())
+assert (summary["launch"] == "forked").all(), "a run started fresh: see its log's first line"
+assert summary["device"].astype(str).str.startswith("cuda").all()
+PY
 # issue 14: the energy read: NVML's counter over each run's measured span (Volta and later)
 python - "$out/results/summary.csv" "$out/results/recommendation.json" <<'PY'
 import json, sys

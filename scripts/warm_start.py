@@ -1,19 +1,20 @@
-"""Fresh processes against a warm interpreter (issue 23, point 4: cheaper runs): what a bench
-job would cost, and measure, if it were forked from a process that has already imported torch,
-torchvision and batchscope.bench, instead of starting a new interpreter.
+"""Fresh processes against forked ones (issue 23, point 4: cheaper runs): what a bench job costs,
+and measures, started as ``sweep.launch: fresh`` (a new interpreter) and as ``sweep.launch:
+warm`` (forked from a warm interpreter that imported torch, torchvision and the bench modules
+once: batchscope.bench.launch and batchscope.bench.warm).
 
-Per point of the default sweep, runs go A B A B (which side goes first alternates): A is the
-job as the workflow runs it (``python -m batchscope.bench SPEC`` in a fresh process), B the same
-job's ``main`` in a child forked from this process, which imported those modules once. Prints
-per point and side the medians of the job's wall time (from the start of the command or the
-fork to its end), its import time (``phase_startup_s``), ``samples_per_s`` and ``peak_mem_mb``,
+Per point of the default sweep, runs go A B A B (which side goes first alternates), each the
+bench rule's command, ``python -m batchscope.bench.launch --launch SIDE batchscope.bench SPEC``.
+Prints per point and side the medians of the command's wall time (what Snakemake's benchmark
+file records), its import time (``phase_startup_s``), ``samples_per_s`` and ``peak_mem_mb``,
 and the spread of log ``samples_per_s`` over the runs (the sd the verdict pools): whether the
-warm side measures the same and spreads as much, i.e. whether its runs are as independent.
+forked side measures the same, holds the same memory and spreads as much, i.e. whether its runs
+are as independent. The warm side's first run starts the warm interpreter (its imports).
 
-    .venv/bin/python scripts/warm_start.py                   # 8 runs of 2 points (~4 min)
+    .venv/bin/python scripts/warm_start.py                   # 8 runs of 2 points (~3 min)
     .venv/bin/python scripts/warm_start.py --runs 4 --points infer:32:0
 
-A probe, not a feature: the workflow always starts a fresh process. It asserts nothing.
+It asserts nothing.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import job_cost
-from sweeps import REPO, median
+from sweeps import REPO, median, subprocess_env
 
 ROWS = ("wall_s", "phase_startup_s", "samples_per_s", "peak_mem_mb")
 
@@ -45,31 +46,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def fresh(spec: Path, out: Path, threads: int) -> float:
-    """One job in a new interpreter, as job_cost.py runs it (``out``: ``<folder>/results/<name>``);
-    its wall seconds."""
-    folder, options = out.parent.parent, argparse.Namespace(threads=threads)
-    return job_cost.run_job(spec, REPO, folder, out.name, options)["outside_s"]
-
-
-def forked(spec: Path, out: Path, threads: int) -> float:
-    """One job's ``main`` in a child of this (warm) process; its wall seconds."""
-    from batchscope.bench import job
-
+def run(side: str, spec: Path, out: Path, threads: int) -> float:
+    """One job as the bench rule runs it, started ``side`` (fresh or warm); its wall seconds."""
+    cmd = [sys.executable, "-m", "batchscope.bench.launch", "--launch", side, "batchscope.bench",
+           *job_cost.job_args(spec, out, threads)]  # fmt: skip
+    env = {**subprocess_env(REPO), "PYTHONHASHSEED": "0"}
     started = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:  # the child: the job, then out without running this process's exit code
-        code = 1
-        try:
-            with open(os.devnull, "w") as quiet:
-                os.dup2(quiet.fileno(), 1)
-                os.dup2(quiet.fileno(), 2)
-            code = job.main(job_cost.job_args(spec, out, threads)) or 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{out.name}: the forked job failed ({status})")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{out.name}: exited {done.returncode}:\n{done.stderr[-2000:]}")
     return time.perf_counter() - started
 
 
@@ -95,15 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = job_cost.write_specs(cfg, argparse.Namespace(points=args.points, model="small_cnn",
                                                          round=1), folder)  # fmt: skip
     os.chdir(folder)  # the jobs' relative paths (the dataset) are the workflow's
-    started = time.perf_counter()
-    import torch  # noqa: F401  the warm side's imports, once
-    import torchvision  # noqa: F401
-
-    from batchscope.bench import job, runner  # noqa: F401
-
-    print(f"this process imported torch, torchvision, batchscope.bench in"
-          f" {time.perf_counter() - started:.2f} s; folder {folder}", flush=True)  # fmt: skip
-    sides: dict[str, Callable[[Path, Path, int], float]] = {"fresh": fresh, "warm": forked}
+    sides = ("fresh", "warm")
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for i in range(args.runs):
         for point, spec in specs.items():
@@ -111,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             for side in order:
                 out = folder / "results" / f"{point.replace(':', '_')}_{side}_{i}"
                 out.parent.mkdir(parents=True, exist_ok=True)
-                got = figures(sides[side](spec, out, args.threads), out)
+                got = figures(run(side, spec, out, args.threads), out)
                 runs.setdefault((point, side), []).append(got)
                 print(f"run {i + 1} {point:<12} {side:<6} {got['wall_s']:6.2f} s,"
                       f" {got['samples_per_s']:7.0f} samples/s", flush=True)  # fmt: skip

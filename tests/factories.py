@@ -232,6 +232,7 @@ def fake_result(
         "first_step_s": 0.1 if measured else None,
         "compile_s": None,
         "wall_s": 1.0,
+        "launch": "forked",
         "process_s": 2.0,
         "phase_startup_s": 1.0,
         "phase_setup_s": 0.05,

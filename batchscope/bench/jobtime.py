@@ -35,6 +35,14 @@ PHASES = (
 )
 
 
+def launch() -> str:
+    """How this process started (``launch`` in a result): ``forked`` from a warm interpreter
+    (``batchscope.bench.warm`` marks the child), else ``fresh``."""
+    from batchscope.bench.launch import LAUNCH_ENV
+
+    return "forked" if os.environ.get(LAUNCH_ENV) == f"forked:{os.getpid()}" else "fresh"
+
+
 def phase_key(name: str) -> str:
     """The result key of phase ``name``."""
     return f"phase_{name}_s"
@@ -103,7 +111,8 @@ class JobClock:
                 out[key] = None
         out[phase_key("startup")] = self.startup_s
         if self.startup_s is None:
-            return {"process_s": None, **out, phase_key("other"): None}
+            return {"launch": launch(), "process_s": None, **out, phase_key("other"): None}
         process_s = self.startup_s + self.elapsed_s()
         known = sum(v for v in out.values() if v is not None)
-        return {"process_s": process_s, **out, phase_key("other"): max(0.0, process_s - known)}
+        other = max(0.0, process_s - known)
+        return {"launch": launch(), "process_s": process_s, **out, phase_key("other"): other}

@@ -90,6 +90,31 @@ ANSWER = "results/recommendation.md"
 READS_ANSWER = f"what the user reads: {ANSWER}"
 
 
+def forked_job(client: psutil.Process, timeout_s: float = 120) -> psutil.Process:
+    """The process that runs a launch client's job (batchscope.bench.launch): the child a warm
+    interpreter forked for it (one of its children, in the client's folder, started after the
+    client), or the client itself once it has become a fresh job (``exec``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if "batchscope.bench.launch" not in client.cmdline():
+                return client  # started fresh: the same process, now the job
+            cwd, since = client.cwd(), client.create_time()
+        except psutil.Error:
+            break
+        for process in psutil.process_iter(["cmdline"]):
+            if "batchscope.bench.warm" not in (process.info["cmdline"] or []):
+                continue
+            for child in process.children():
+                try:
+                    if child.cwd() == cwd and child.create_time() >= since:
+                        return child
+                except psutil.Error:
+                    continue
+        time.sleep(0.05)
+    raise RuntimeError(f"the job of launch client {client.pid} did not start")
+
+
 @dataclasses.dataclass
 class Row:
     """One line of the table."""
@@ -141,7 +166,7 @@ class Running:
                 module = cmd[2] if cmd[1:2] == ["-m"] and len(cmd) > 2 else ""
                 ours = module == "batchscope.bench" or module.startswith("batchscope.bench.")
                 if ours and any(needle in arg for arg in cmd):
-                    return child
+                    return forked_job(child) if module == "batchscope.bench.launch" else child
             time.sleep(0.05)
         raise RuntimeError(f"no job of {needle} started (see {self.log})")
 

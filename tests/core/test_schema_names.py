@@ -3,6 +3,7 @@ the constants the code branches on, so that a name added on one side only fails 
 
 import pytest
 
+from batchscope.bench import launch
 from batchscope.core import config, datasets, grid, prediction, rounds, schedules
 from batchscope.core import model_entries as models
 
@@ -15,6 +16,7 @@ CODE_LISTS = {
     "model_entry.task": models.HF_TASKS,
     "modes[]": grid.MODES,
     "sweep.strategy": rounds.STRATEGIES,
+    "sweep.launch": launch.LAUNCHES,
     "train.loss": models.LOSSES,
     "train.lr_scaling": schedules.LR_RULES,
     "train.lr_decay": schedules.DECAYS,

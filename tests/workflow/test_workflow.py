@@ -111,6 +111,10 @@ def test_summary_has_one_ok_row_per_grid_point_with_the_environment(fmnist_run):
     assert (summary["samples_per_s"] > 0).all()
     assert ((summary["data_wait_frac"] >= 0) & (summary["data_wait_frac"] <= 1)).all()
     assert (summary["peak_mem_mb"] > 0).all()
+    # sweep.launch's default: each run forked from the warm interpreter, the ceilings too
+    assert (summary["launch"] == "forked").all()
+    ceilings = (workdir / "results" / "ceiling").rglob("*.json")
+    assert {json.loads(path.read_text())["launch"] for path in ceilings} == {"forked"}
     env = json.loads((workdir / "results" / "env" / "environment.json").read_text())
     assert (summary["env_fingerprint"] == env["fingerprint"]).all()
     assert env["packages"]["torch"] and env["pip_freeze"]

@@ -28,9 +28,12 @@ rule bench:
     threads: all_cores
     resources:
         bench_slot=1,
+    params:
+        launch=config["sweep"]["launch"],
     shell:
-        "PYTHONHASHSEED={wildcards.seed} python -m batchscope.bench {input.spec:q}"
-        " --threads {threads} --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
+        "PYTHONHASHSEED={wildcards.seed} python -m batchscope.bench.launch --launch {params.launch}"
+        " batchscope.bench {input.spec:q} --threads {threads} --output {output.result:q}"
+        " --steps {output.steps:q} > {log:q} 2>&1"
 
 
 # A grid point on N > 1 devices (`devices`): N processes started by torchrun, one per device
@@ -94,9 +97,12 @@ rule ceiling:
     threads: all_cores
     resources:
         bench_slot=1,
+    params:
+        launch=config["sweep"]["launch"],
     shell:
-        "python -m batchscope.bench {input.spec:q} --threads {threads}"
-        " --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
+        "python -m batchscope.bench.launch --launch {params.launch} batchscope.bench"
+        " {input.spec:q} --threads {threads} --output {output.result:q}"
+        " --steps {output.steps:q} > {log:q} 2>&1"
 
 
 # `batch_sizes: auto`: the largest batch that fits, per mode and model, found by trials that each
