@@ -191,3 +191,10 @@ def test_a_warm_interpreter_that_loaded_the_cuda_driver_forks_nothing(tmp_path, 
     assert warm.cuda_touched() is None
     maps.write_text(maps.read_text() + "7f20-7f30 r-xp 00000000 08:01 2 /usr/lib/libcuda.so.1\n")
     assert "CUDA driver" in warm.cuda_touched()
+
+
+def test_the_schemas_launch_values_are_the_clients():
+    from batchscope.core import config
+
+    schema = config.load_schema(config.SCHEMA_PATH)
+    assert tuple(schema["properties"]["sweep"]["properties"]["launch"]["enum"]) == launch.LAUNCHES

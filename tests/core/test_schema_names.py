@@ -3,7 +3,6 @@ the constants the code branches on, so that a name added on one side only fails 
 
 import pytest
 
-from batchscope.bench import launch
 from batchscope.core import config, datasets, grid, prediction, rounds, schedules
 from batchscope.core import model_entries as models
 
@@ -16,20 +15,21 @@ CODE_LISTS = {
     "model_entry.task": models.HF_TASKS,
     "modes[]": grid.MODES,
     "sweep.strategy": rounds.STRATEGIES,
-    "sweep.launch": launch.LAUNCHES,
     "train.loss": models.LOSSES,
     "train.lr_scaling": schedules.LR_RULES,
     "train.lr_decay": schedules.DECAYS,
     "train.predict_calibration": prediction.STRATEGIES,
 }
 #: Enums held elsewhere: the model names (tests/bench/test_models.py), the optimizer and the
-#: precision (tests/bench/test_training.py); the device (auto and the three torch device types
-#: ``measure.resolve_device`` takes) and the image channels (1 or 3) are values, not names.
+#: precision (tests/bench/test_training.py), sweep.launch (tests/bench/test_launch.py); the
+#: device (auto and the three torch device types ``measure.resolve_device`` takes) and the image
+#: channels (1 or 3) are values, not names.
 CHECKED_ELSEWHERE = {
     "model_name",
     "device",
     "train.optimizer",
     "compute.precision",
+    "sweep.launch",
     "dataset.channels",
 }
 
