@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweeps", type=int, default=200, help="simulated sweeps per grid and CV")
     p.add_argument("--cv", type=float, nargs="+", default=[0.02, 0.05, 0.12])
     p.add_argument("--grid", nargs="+", choices=sorted(GRIDS), default=sorted(GRIDS))
-    p.add_argument("--run-s", type=float, default=6.0, help="seconds of one bench job (new)")
+    p.add_argument("--run-s", type=float, default=3.3,
+                   help="seconds of one bench job (new: a forked run's mean process_s in the"
+                        " default sweep, 6 December 2026)")  # fmt: skip
     p.add_argument("--old-run-s", type=float, default=11.75, help="seconds of one (old) job")
     p.add_argument("--config", action="append", default=[], help="KEY=VALUE override")
     p.add_argument("--seed", type=int, default=0)

@@ -12,6 +12,7 @@ rule download_dataset:
         "../envs/torch.yaml"
     params:
         options=download_options,
+        launch=config["sweep"]["launch"],
     shell:
-        "python -m batchscope.bench.download --dataset {wildcards.dataset} --root {output:q}"
-        " {params.options} > {log:q} 2>&1"
+        "python -m batchscope.bench.launch --launch {params.launch} batchscope.bench.download"
+        " --dataset {wildcards.dataset} --root {output:q} {params.options} > {log:q} 2>&1"

@@ -14,6 +14,8 @@ rule capture_environment:
         device=config["device"],
         workflow_dir=workflow.basedir,
         snakemake_version=snakemake.__version__,
+        launch=config["sweep"]["launch"],
     shell:
-        "python -m batchscope.bench.capture --device {params.device} --workflow-dir {params.workflow_dir:q}"
+        "python -m batchscope.bench.launch --launch {params.launch} batchscope.bench.capture"
+        " --device {params.device} --workflow-dir {params.workflow_dir:q}"
         " --snakemake-version {params.snakemake_version} --output {output:q} > {log:q} 2>&1"

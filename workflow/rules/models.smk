@@ -20,9 +20,12 @@ rule model_check:
         paths.log_of(MODEL_CHECK, "benchmarks")
     conda:
         "../envs/torch.yaml"
+    params:
+        launch=config["sweep"]["launch"],
     shell:
         # a failure's one line reaches the terminal with the log (show-failed-logs)
-        "python -m batchscope.bench.model_check {input.spec:q} --output {output:q} > {log:q} 2>&1"
+        "python -m batchscope.bench.launch --launch {params.launch} batchscope.bench.model_check"
+        " {input.spec:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule model_check_spec:
