@@ -1,6 +1,6 @@
 """The pooled model of a group's runs: one run-to-run variance for all its points (scipy.stats).
 
-Every grid point is measured in several *runs*, each a fresh process (rounds, and seeds); a
+Every grid point is measured in several *runs*, each its own process (rounds, and seeds); a
 point's evidence is the list of its runs' throughputs (samples/s). Windows inside one process
 share that process's luck, so they are never runs here. :mod:`batchscope.core.verdict` compares
 the points on this model.

@@ -1,6 +1,6 @@
 """Which grid point is fastest, decided on the evidence of every run of its group (scipy.stats).
 
-Every grid point is measured in several *runs*, each a fresh process (rounds, and seeds); a
+Every grid point is measured in several *runs*, each its own process (rounds, and seeds); a
 point's evidence is the list of its runs' throughputs (samples/s). Windows inside one process
 share that process's luck, so they are never runs here.
 
@@ -265,7 +265,7 @@ def decide(
     level_final: float | None = None,
 ) -> Verdict:
     """The verdict on the group's points. ``points`` maps a key to its runs' throughputs (one
-    number per fresh process, never within-process windows); ``blocks`` to their rounds.
+    number per process, never within-process windows); ``blocks`` to their rounds.
     ``level`` is the family's level; ``level_final`` what the race left for this analysis
     (:meth:`Design.final_level`; ``level`` when not given)."""
     if margin < 0:

@@ -111,7 +111,7 @@ def test_picks_the_separated_best_and_reports_failures():
     assert (best_accuracy["batch_size"], best_accuracy["val_accuracy"]) == (128, pytest.approx(0.7))
     assert rec["recommendation"].startswith(
         "Separated: it is faster than every other point measured, so use batch_size=64,"
-        " num_workers=2: 2000.0 samples/s (median of 3 runs, each a fresh process, over 3"
+        " num_workers=2: 2000.0 samples/s (median of 3 runs, each its own process, over 3"
         " round(s); 95% interval"
     )
     assert "next fastest is batch_size=64, num_workers=0 at 1500.0" in rec["recommendation"]

@@ -6,7 +6,7 @@
         --output results/recommendation.json
 
 Per mode × model × dataset × accumulation, the points (batch size × workers) are compared on
-their per-run throughputs: one number per fresh process, over rounds and seeds, never windows
+their per-run throughputs: one number per process, over rounds and seeds, never windows
 inside one process (``batchscope.core.verdict.decide``: multiple comparisons with the best on a
 run-to-run spread pooled over the group's points; the tie set of points that could be the best
 and the verdict ``separated``, ``equivalent`` or ``undetermined``). The pick

@@ -2,7 +2,7 @@
 
 ``recommend`` takes, per mode x model, the (batch_size, num_workers) that
 ``results/recommendation.json`` picks (``batchscope.report.recommend.answer``: compared across
-runs, each a fresh process), says what its verdict says of the others (separated, a tie and its
+runs, each its own process), says what its verdict says of the others (separated, a tie and its
 rule, or too noisy), diagnoses it (input- or compute-bound, and which worker count removed an input
 stall), and lists what failed or is missing. ``render_markdown`` and ``render_html`` write the same
 content as a document (Markdown for people, standalone HTML for the Snakemake report).

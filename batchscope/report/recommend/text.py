@@ -41,7 +41,7 @@ def _runs_text(point: Mapping[str, Any]) -> str:
     low = point.get("samples_per_s_median_ci95_low")
     high = point.get("samples_per_s_median_ci95_high")
     cv = point.get("samples_per_s_cv")
-    text = f"median of {runs} runs, each a fresh process, over {rounds} round(s)"
+    text = f"median of {runs} runs, each its own process, over {rounds} round(s)"
     if low is not None and high is not None:
         text += f"; 95% interval {low:.1f}-{high:.1f}"
     if cv is not None:

@@ -58,7 +58,7 @@ def any_noisy(values: Iterable[Any]) -> bool | None:
     return any(flag == "true" for flag in flags)
 
 
-#: Columns of a point's spread over its runs (each a fresh process: seeds x rounds).
+#: Columns of a point's spread over its runs (each its own process: seeds x rounds).
 ROUND_COLUMNS = (
     "n_rounds",
     "samples_per_s_median",

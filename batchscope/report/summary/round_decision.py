@@ -6,7 +6,7 @@
         --previous results/rounds/round1.json \\
         --results results/runs/.../*_round1.json ... --output results/rounds/round2.json
 
-Reads every run so far (one throughput per fresh process: rounds, and seeds, are independent
+Reads every run so far (one throughput per process: rounds, and seeds, are independent
 measurements) and, per group (mode × model × sequence length × accumulation × devices):
 
 - before the race's first look (``measure.rounds``), and with ``full``: every point goes on
