@@ -154,7 +154,7 @@ def resident_pages() -> dict[int, list[tuple[int, int]]]:
 
 
 class Server:
-    def __init__(self, listener: socket.socket, lock, resident: list, idle_s: float):
+    def __init__(self, listener: socket.socket, lock, resident: dict, idle_s: float):
         self.listener, self.lock = listener, lock
         self.resident, self.idle_s = resident, idle_s
         self.selector = selectors.DefaultSelector()
