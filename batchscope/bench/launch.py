@@ -208,13 +208,13 @@ def run_warm(module: str, rest: list[str]) -> int:
     """Run the job in a child of the warm interpreter; its exit status."""
     sock, child = start_warm(module, rest)
     for signum in FORWARDED:
-        signal.signal(signum, lambda signum, frame: _forward(child, signum))
+        signal.signal(signum, lambda signum, frame: signal_job(child, signum))
     try:
         ended = _receive(sock)
     except OSError:
         ended = None
     if ended is None:  # the warm interpreter died under the job
-        _forward(child, signal.SIGKILL)
+        signal_job(child, signal.SIGKILL)
         print(
             f"batchscope launch: error: the warm interpreter ended while job {child} ran",
             file=sys.stderr,
@@ -252,7 +252,9 @@ def start_warm(module: str, rest: list[str]) -> tuple[socket.socket, int]:
     raise Unavailable(f"the warm interpreter at {path} took no job")
 
 
-def _forward(child: int, signum: int) -> None:
+def signal_job(child: int, signum: int) -> None:
+    """``signum`` to a forked job's session (its DataLoader workers too), or to the job alone
+    before it has set its session up."""
     try:
         os.killpg(child, signum)  # the child leads its own session: its workers too
     except ProcessLookupError:  # not yet: the child alone

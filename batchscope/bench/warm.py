@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from batchscope.bench.launch import IDLE_S, LAUNCH_ENV
+from batchscope.bench.launch import IDLE_S, LAUNCH_ENV, signal_job
 
 #: What a child imports anyway, imported once here (a missing optional one is skipped).
 PRELOAD = (
@@ -208,7 +208,7 @@ class Server:
         try:
             client.sendall(json.dumps({"pid": pid}).encode())
         except OSError:
-            kill(pid)
+            signal_job(pid, signal.SIGKILL)
         pidfd = os.pidfd_open(pid)
         self.children[pid] = (client, pidfd)
         client.setblocking(False)
@@ -226,7 +226,7 @@ class Server:
         except OSError:
             pass
         self.selector.unregister(client)
-        kill(pid)
+        signal_job(pid, signal.SIGKILL)
 
     def ended(self, pid: int) -> None:
         client, pidfd = self.children.pop(pid)
@@ -285,14 +285,6 @@ class Server:
             traceback.print_exc()
             return 1
         return 0
-
-
-def kill(pid: int) -> None:
-    """SIGKILL to a child and its session (its DataLoader workers), even before it has set
-    its session up."""
-    for send in (os.killpg, os.kill):
-        with contextlib.suppress(ProcessLookupError):
-            send(pid, signal.SIGKILL)
 
 
 def populate(resident: dict[int, list[tuple[int, int]]]) -> None:
