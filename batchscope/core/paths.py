@@ -49,6 +49,8 @@ CEILING = "results/ceiling/{mode}/{model}/bs{batch_size}"
 MAXBATCH = "results/maxbatch/{mode}/{model}.json"
 #: The model check of one model (``models``), which every benchmark job waits for.
 MODEL_CHECK = "results/models/{model}.json"
+#: Every model of the sweep checked: the checkpoint that every measurement waits for.
+MODELS_CHECKED = "results/models_checked.json"
 #: A prepared dataset.
 DATASET_DIR = "resources/datasets/{dataset}"
 #: The kept listings of image folders (``batchscope.core.folder_index``): read by every parse

@@ -18,6 +18,7 @@ that is running when it hits), injects the fault during ``snakemake --cores 2``,
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -76,7 +77,10 @@ BASES = {"single": SINGLE, "ddp": DDP}
 #: The jobs after the benchmarks, redone whenever a result is new: named together in the table.
 AFTER = ("aggregate", "answer", "plots", "recommend", "all")
 #: Set-up jobs: a fault on one grid point must not redo them.
-SETUP = ("download_dataset", "capture_environment", "model_check")
+SETUP = ("download_dataset", "capture_environment", "model_check", "models_checked")
+#: What a dry run says when its plan waits on a checkpoint: Snakemake looks at the jobs after it
+#: again once it has run, so the plan lists them all and the run may redo fewer.
+PROVISIONAL = "DAG of jobs will be updated after completion"
 #: Our own one-line errors, then Snakemake's: the line of the output a user reads first.
 USER_LINES = (
     r"^batchscope[\w ]*: .*(error|died)",
@@ -364,19 +368,37 @@ def planned_outputs(plan: str) -> set[str]:
     return found
 
 
-def rerun(folder: Folder, kept: Iterable[str], setup_touched: Iterable[str] = ()) -> Row:
-    """What a plain rerun would redo: the plan of ``snakemake -n`` (``--unlock`` first when a
-    lock was left, as the README tells): ``redoes`` in words, and ``unaffected``, the jobs in
-    it the fault did not touch (one that would rewrite a result in ``kept``, a set-up job not
-    in ``setup_touched``). The other fields are left for the case."""
+def finished_jobs(output: str) -> dict[str, int]:
+    """The jobs a run finished (its ``Finished jobid: N (Rule: X)`` lines) as {rule: count}."""
+    return dict(
+        collections.Counter(re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", output, re.M))
+    )
+
+
+def rerun(folder: Folder, kept: dict[str, int], setup_touched: Iterable[str] = ()) -> Row:
+    """What a plain rerun redoes: the plan of ``snakemake -n`` (``--unlock`` first when a lock
+    was left, as the README tells), or, where that plan waits on a checkpoint, the rerun itself:
+    ``redoes`` in words, and ``unaffected``, the jobs in it the fault did not touch (one that
+    rewrites a result in ``kept``, its paths and mtimes, or a set-up job not in
+    ``setup_touched``). The other fields are left for the case."""
     unlocked = any((folder.path / ".snakemake" / "locks").glob("*"))
     if unlocked:
         folder.run("--unlock")
     plan = folder.run("-n")
     counts = job_counts(plan.output) if "Job stats:" in plan.output else {}
     redone = planned_outputs(plan.output) & set(kept)
+    redoes = describe(counts)
+    if plan.returncode == 0 and PROVISIONAL in plan.output:
+        # the plan waits on a checkpoint: what the rerun redoes is known once it has run
+        listed, counts = counts, finished_jobs(folder.run("--cores", "2").output)
+        now = folder.results()
+        redone = {path for path, mtime in kept.items() if now.get(path) != mtime}
+        more = [f"{n} {rule}" for rule, n in listed.items() if n > counts.get(rule, 0)]
+        redoes = describe(counts)
+        if more:
+            redoes += f" (its dry run, waiting on a checkpoint, listed {', '.join(more)})"
     setup = [rule for rule in SETUP if counts.get(rule) and rule not in set(setup_touched)]
-    redoes = ("after --unlock: " if unlocked else "") + describe(counts)
+    redoes = ("after --unlock: " if unlocked else "") + redoes
     if plan.returncode != 0:
         redoes += f" (the plan failed: {clip(user_line(plan.output))})"
     unaffected = len(redone) + sum(counts[rule] for rule in setup)

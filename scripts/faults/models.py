@@ -20,6 +20,8 @@ def build(width=6, in_ch=1, classes=10):
 BROKEN = MYNET.replace("def build(width=6, in_ch=1, classes=10):", "def build(width=6, in_ch=1:")
 #: Where the model faults are met: the user adds their model to a finished sweep.
 ADDED = "the user's model added to a finished small_cnn sweep"
+#: The set-up jobs a model added runs: its check, and the checkpoint over every model's.
+ADDED_SETUP = ["model_check", "models_checked"]
 ENTRY = {"name": "mynet", "factory": "models/mynet.py:build", "kwargs": {"width": 6}}
 
 
@@ -58,7 +60,7 @@ def broken_model_file(suite: Suite) -> Row:
 
     return observe(
         "a model file that does not import (syntax error)", folder,
-        lambda: folder.run("--cores", "2"), points=points, fix=fix, setup_touched=["model_check"],
+        lambda: folder.run("--cores", "2"), points=points, fix=fix, setup_touched=ADDED_SETUP,
         how=ADDED,
     )  # fmt: skip
 
@@ -71,7 +73,7 @@ def checkpoint_mismatch(suite: Suite) -> Row:
     return observe(
         "a checkpoint that does not fit the model", folder,
         lambda: folder.run("--cores", "2"), points=points,
-        fix=lambda: save_checkpoint(folder, width=6), setup_touched=["model_check"], how=ADDED,
+        fix=lambda: save_checkpoint(folder, width=6), setup_touched=ADDED_SETUP, how=ADDED,
     )  # fmt: skip
 
 

@@ -4,6 +4,7 @@ entry, before any benchmark job."""
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 
 from batchscope.core import paths, results
 from tests.factories import NO_RACE, ONE_ROUND
-from tests.workflow.helpers import job_counts, snakemake, write_config
+from tests.workflow.helpers import snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -132,22 +133,40 @@ def test_each_model_was_checked_once_and_its_check_says_what_it_found(mixed_run)
         assert check["flops_per_sample_infer"] > 0
 
 
-def test_new_weights_rerun_only_that_models_jobs(mixed_run):
-    workdir, config, weights = mixed_run
-    original = weights.read_bytes()
-    try:
-        _user_files(workdir, width=6)  # same shapes, other values
-        torch.save({"model": torch.load(weights)["state_dict"]}, weights)
-        assert weights.read_bytes() != original
-        dry = snakemake(workdir, "-n", "--configfile", str(config))
-    finally:
-        weights.write_bytes(original)
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    counts = job_counts(dry.stdout + dry.stderr)
-    assert counts["model_check"] == 1 and counts["model_check_spec"] == 1
-    assert counts["bench"] == 2 and counts["run_spec"] == 2
-    runs = [line for line in dry.stdout.splitlines() if "output: results/runs/" in line]
-    assert runs and all("/mynet/" in line for line in runs)
+def _results(workdir: Path) -> dict[str, int]:
+    runs = workdir / "results" / "runs"
+    return {p.relative_to(runs).as_posix(): p.stat().st_mtime_ns for p in runs.rglob("*.json")}
+
+
+def test_new_weights_and_a_model_added_rerun_only_those_models_jobs(mixed_run, tmp_path):
+    """In a copy of the finished sweep: mynet's weights change and a model is added. The rerun
+    (to the runs, not the report) measures mynet's and the new model's points, and leaves every
+    other result as it was: a model added must not rerun the finished sweep (snakemake reruns a
+    job whose input a job of the same run remade, ancient or not; grid.smk: set_up)."""
+    source, _, _ = mixed_run
+    workdir = tmp_path / "copy"
+    shutil.copytree(source, workdir, symlinks=True)
+    weights = _user_files(workdir, width=6)  # same shapes, other values
+    torch.save({"model": torch.load(weights)["state_dict"]}, weights)
+    added = {"name": "mynet2", "factory": MYNET_ENTRY["factory"], "kwargs": {"width": 5}}
+    config = write_config(workdir, **{**SWEEP, "models": [*SWEEP["models"], added]})
+    before = _results(workdir)
+    targets = [f"results/runs/{p}" for p in before] + [
+        f"results/runs/{mode}/mynet2/bs8_acc1_nw0_seed0_round1.json" for mode in ("train", "infer")
+    ]
+    done = snakemake(
+        workdir, *targets, "--cores", "2", "--configfile", str(config)
+    )  # targets first: --configfile takes several
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = _results(workdir)
+    redone = {p for p, mtime in before.items() if after[p] != mtime}
+    assert redone == {f"{mode}/mynet/bs8_acc1_nw0_seed0_round1.json" for mode in ("train", "infer")}
+    assert set(after) - set(before) == {t.removeprefix("results/runs/") for t in targets[-2:]}
+    ran = re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", done.stdout + done.stderr, re.M)
+    assert sorted(r for r in ran if r.startswith("model_check")) == [
+        "model_check", "model_check", "model_check_spec", "model_check_spec"
+    ]  # mynet's again, mynet2's  # fmt: skip
+    assert ran.count("bench") == 4
 
 
 MISTAKES = [

@@ -3,6 +3,8 @@
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,12 +32,13 @@ def test_dry_run_lists_exactly_one_job_per_grid_point(tmp_path):
         "ceiling_spec": 2 * 1 * 3,
         "model_check": 1,  # one per model, before any benchmark job
         "model_check_spec": 1,
+        "models_checked": 1,  # the checkpoint every benchmark job waits for
         "capture_environment": 1,
         "download_dataset": 1,
         "plots": 1,
         "answer": 1,
         "recommend": 1,
-        "total": 2 * (2 * 3 * 2 * 2 + 2 * 3) + 9,
+        "total": 2 * (2 * 3 * 2 * 2 + 2 * 3) + 10,
     }
 
 
@@ -195,6 +198,32 @@ def test_rerun_does_only_what_is_missing(fmnist_run):
         "all": 1,
         "total": 6,
     }
+
+
+@needs_fmnist
+def test_the_dataset_fetched_again_reruns_only_the_missing_run(fmnist_run, tmp_path):
+    """In a copy of the finished sweep, the dataset's cache deleted and one result missing: the
+    rerun (to the runs) fetches the dataset and measures that point, and no other (Snakemake
+    reruns a job whose input a job of the same run remade, ancient or not; grid.smk: set_up)."""
+    source, config = fmnist_run
+    workdir = tmp_path / "copy"
+    dataset = Path("resources/datasets/fashion_mnist")
+    shutil.copytree(source, workdir, symlinks=True, ignore=lambda d, names: (
+        ["fashion_mnist"] if Path(d) == source / dataset.parent else []))  # fmt: skip
+    runs = workdir / "results" / "runs"
+    missing = "infer/small_cnn/bs50_acc1_nw0_seed0_round1.json"
+    (runs / missing).unlink()
+    before = {p.relative_to(runs).as_posix(): p.stat().st_mtime_ns for p in runs.rglob("*.json")}
+    targets = [f"results/runs/{p}" for p in [*before, missing]]
+    done = snakemake(
+        workdir, *targets, "--cores", "2", "--configfile", str(workdir / config.name)
+    )  # targets first: --configfile takes several
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = {p.relative_to(runs).as_posix(): p.stat().st_mtime_ns for p in runs.rglob("*.json")}
+    assert {p for p in after if before.get(p) != after[p]} == {missing}
+    assert (workdir / dataset).is_dir()
+    ran = re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", done.stdout + done.stderr, re.M)
+    assert sorted(ran) == ["bench", "download_dataset"]  # its spec was kept
 
 
 def test_oom_is_a_result_and_the_sweep_completes(tmp_path):

@@ -6,11 +6,9 @@
 
 rule bench:
     input:
+        # the dataset, and every model built and run once (grid.smk)
+        unpack(set_up(f"{RUN}.json")),
         spec=paths.spec_of(RUN),
-        # ancient: re-verifying the dataset must not re-run finished benchmarks
-        data=ancient(dataset_dir()),
-        # no benchmark starts before every model has been built and run once
-        models=MODEL_CHECKS,
         # round r waits for the decision after round r - 1 (which points go on)
         barrier=round_barrier,
     output:
@@ -44,9 +42,8 @@ rule bench:
 # a rank out of memory writes the point's oom result, which the job keeps.
 rule bench_ddp:
     input:
+        unpack(set_up(f"{RUN}.json")),
         spec=paths.spec_of(RUN),
-        data=ancient(dataset_dir()),
-        models=MODEL_CHECKS,
         barrier=round_barrier,
     output:
         result=f"{RUN}.json",
@@ -83,8 +80,8 @@ rule bench_ddp:
 # The compute-only ceiling of each mode x model x batch size: synthetic tensors, no workers.
 rule ceiling:
     input:
+        unpack(set_up(f"{CEILING}.json", data=False)),
         spec=paths.spec_of(CEILING),
-        models=MODEL_CHECKS,
     output:
         result=f"{CEILING}.json",
         steps=f"{CEILING}.steps.csv",
@@ -109,9 +106,8 @@ rule ceiling:
 # run in a fresh process; its grid (powers of two up to the limit, plus the limit) is the sweep's.
 checkpoint max_batch:
     input:
+        unpack(set_up(MAXBATCH)),
         spec=paths.spec_of(MAXBATCH),
-        data=ancient(dataset_dir()),
-        models=MODEL_CHECKS,
     output:
         search=MAXBATCH,
         trials=directory("results/maxbatch/{mode}/{model}.trials"),

@@ -1,7 +1,8 @@
 # Stage 1: the dataset, fetched once into resources/ and verified (or an image folder indexed).
+# A checkpoint, so that fetching it again reruns no finished measurement (grid.smk: set_up).
 
 
-rule download_dataset:
+checkpoint download_dataset:
     output:
         directory(paths.DATASET_DIR),
     log:

@@ -12,9 +12,28 @@ CEILING = paths.CEILING
 AUTO = config["batch_sizes"] == "auto"
 MAXBATCH = paths.MAXBATCH
 
-# Every model's check (models.smk), which every benchmark job waits for. Ancient: a check run
-# again (its entry changed) reruns only the jobs whose own spec changed with it.
-MODEL_CHECKS = ancient(expand(paths.MODEL_CHECK, model=MODEL_NAMES))
+
+def set_up(result, data=True):
+    """What a measuring job waits for: every model checked (models.smk: models_checked) and,
+    with `data`, the dataset; for the job whose output is `result` (a pattern).
+
+    Ancient, so that a check or a fetch run again reruns only the jobs whose own spec changed.
+    Snakemake still reruns a job whose input another job of the same run remade, ancient or
+    not: a model added to a finished sweep, or the dataset's cache fetched again, would redo
+    every finished measurement. A job whose result is there therefore reaches both through
+    their checkpoints: it waits while they run, then is looked at again and found up to date.
+    A job still to run lists them plainly, so that a dry run shows it.
+    """
+
+    def inputs(wildcards):
+        dataset = dataset_dir() if data else []
+        if os.path.exists(result.format(**dict(wildcards.items()))):
+            checkpoints.models_checked.get()
+            if dataset:
+                checkpoints.download_dataset.get(dataset=DATASET)
+        return {"models": ancient(paths.MODELS_CHECKED), "data": ancient(dataset)}
+
+    return inputs
 
 
 def batch_sizes(mode, model):
