@@ -393,7 +393,7 @@ def rerun(folder: Folder, kept: dict[str, int], setup_touched: Iterable[str] = (
         listed, counts = counts, finished_jobs(folder.run("--cores", "2").output)
         now = folder.results()
         redone = {path for path, mtime in kept.items() if now.get(path) != mtime}
-        more = [f"{n} {rule}" for rule, n in listed.items() if n > counts.get(rule, 0)]
+        more = [f"{n} {r}" for r, n in listed.items() if r != "total" and n > counts.get(r, 0)]
         redoes = describe(counts)
         if more:
             redoes += f" (its dry run, waiting on a checkpoint, listed {', '.join(more)})"

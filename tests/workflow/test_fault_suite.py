@@ -74,6 +74,19 @@ rule bench:
     assert harness.planned_outputs(plan) == {"results/runs/a.json", "results/runs/a.steps.csv"}
 
 
+def test_what_a_run_finished_is_counted_by_rule_from_its_log():
+    # the lines Snakemake 9 prints as jobs end, a checkpoint and a local rule among them
+    output = """localcheckpoint download_dataset:
+    reason: Missing output files: resources/datasets/fashion_mnist
+Finished jobid: 3 (Rule: download_dataset)
+Updating checkpoint dependencies.
+Finished jobid: 7 (Rule: bench)
+Finished jobid: 9 (Rule: bench)
+Finished jobid: 2 (Rule: run_spec)
+"""
+    assert harness.finished_jobs(output) == {"download_dataset": 1, "bench": 2, "run_spec": 1}
+
+
 @pytest.mark.e2e
 def test_a_second_snakemake_stops_at_the_lock_and_sigterm_leaves_no_lock(tmp_path):
     config = write_config(
