@@ -108,6 +108,27 @@ def test_the_race_leaves_loaded_runs_out_and_remeasures_a_point_that_has_no_othe
     assert ("infer", "small_cnn", None, 16, 1, 0, 1) in found.going_on  # measured again
 
 
+def test_the_race_keeps_a_point_left_with_one_undisturbed_run_instead_of_eliminating_it(tmp_path):
+    # batch 4 is far slower than 8 and 16, but its round-2 run was measured beside other work:
+    # eliminated on its one clean run, it would leave the final verdict `disturbed` (fewer than
+    # 2 undisturbed runs), as a sweep of 7 December 2026 did; it is measured again instead
+    paths = []
+    for b, rates in [(8, [1000, 1010]), (16, [1005, 995]), (4, [300, 310])]:
+        for r, rate in enumerate(rates, start=1):
+            frac = 0.3 if (b, r) == (4, 2) else 0.0
+            path = tmp_path / f"bs{b}_round{r}.json"
+            result = fake_result("infer", batch_size=b, samples_per_s=rate, foreign_cpu_frac=frac)
+            results.write_json(path, {**result, "round": r})
+            paths.append(str(path))
+    runs = round_decision.read_runs(paths, LIMIT)
+    point = ("infer", "small_cnn", None, 4, 1, 0, 1)
+    found = round_decision.decide_round(runs, 2, design(first_look=2))
+    assert point not in found.eliminated and point in found.going_on
+    # with both its runs undisturbed, the same look eliminates it
+    clean = round_decision.read_runs(paths, 1.0)
+    assert point in round_decision.decide_round(clean, 2, design(first_look=2)).eliminated
+
+
 def test_the_recommendation_names_no_point_and_the_files_to_redo():
     from batchscope.report.recommend import build as recommend
 

@@ -15,6 +15,8 @@ measurements) and, per group (mode × model × sequence length × accumulation �
   the group's points, at the level this look spends (``batchscope.core.verdict.Design``); the
   points measured in this round that are outside the tie set leave the race (keeping their
   runs), and a group that is separated or equivalent at that level stops. The others go on.
+  A point that lost runs to foreign load and kept fewer than 2 undisturbed ones is measured
+  again, and neither leaves nor lets its group stop: the final verdict would be `disturbed`.
 
 A next round that would take the sweep past ``--budget-s`` device-seconds (each run's
 ``process_s`` × devices; the next round's cost estimated from each point's runs so far) does not
@@ -95,9 +97,12 @@ def decide_round(runs: Runs, round_: int, design: verdict.Design) -> Decision:
     going_on: list[tuple] = []
     out: list[tuple] = []
     settled: dict[tuple, str] = {}
+    # a point that lost runs to foreign load and kept fewer than 2 undisturbed ones would make
+    # the final verdict `disturbed`: it is measured again, never eliminated or settled on
+    short = set(verdict.short_of_clean_runs(runs.values, {p: 1 for p in runs.loaded}))
     for group, members in groups.items():
         here = [p for p in members if round_ in runs.measured_in.get(p, ())]
-        remeasure = [p for p in here if not runs.values[p] and p in runs.loaded]
+        remeasure = [p for p in here if not runs.values[p] and p in short]
         # a point with no run that finished ok (out of memory, diverged) has its result: it
         # is not measured again, and not compared on speed
         comparable = {p: runs.values[p] for p in members if runs.values[p]}
@@ -112,8 +117,8 @@ def decide_round(runs: Runs, round_: int, design: verdict.Design) -> Decision:
                 design.margin,
                 blocks={p: runs.blocks[p] for p in comparable},
             )
-            dropped = found.eliminated & set(here)
-            if found.settled:
+            dropped = (found.eliminated & set(here)) - short
+            if found.settled and not short & set(members):
                 settled[group] = found.state
         left = [p for p in here if p in comparable and p not in dropped]
         out.extend(sorted(dropped))
