@@ -18,7 +18,6 @@ that is running when it hits), injects the fault during ``snakemake --cores 2``,
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import os
@@ -37,7 +36,7 @@ from sweeps import snakemake_command, subprocess_env
 from batchscope.core import paths
 from batchscope.report.summary import result_files
 from tests.factories import NO_RACE
-from tests.workflow.helpers import DEBIAN_FMNIST, job_counts, write_config
+from tests.workflow.helpers import DEBIAN_FMNIST, finished_jobs, job_counts, write_config
 
 #: How one case's sweep is measured: the fewest steps the config allows, one round, no race.
 MEASURE = {"warmup_steps": 1, "repeats": 1, "min_steps": 2, "min_seconds": 0,
@@ -368,13 +367,6 @@ def planned_outputs(plan: str) -> set[str]:
     return found
 
 
-def finished_jobs(output: str) -> dict[str, int]:
-    """The jobs a run finished (its ``Finished jobid: N (Rule: X)`` lines) as {rule: count}."""
-    return dict(
-        collections.Counter(re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", output, re.M))
-    )
-
-
 def rerun(folder: Folder, kept: dict[str, int], setup_touched: Iterable[str] = ()) -> Row:
     """What a plain rerun redoes: the plan of ``snakemake -n`` (``--unlock`` first when a lock
     was left, as the README tells), or, where that plan waits on a checkpoint, the rerun itself:
@@ -387,16 +379,16 @@ def rerun(folder: Folder, kept: dict[str, int], setup_touched: Iterable[str] = (
     plan = folder.run("-n")
     counts = job_counts(plan.output) if "Job stats:" in plan.output else {}
     redone = planned_outputs(plan.output) & set(kept)
-    redoes = describe(counts)
+    listed: dict[str, int] = {}
     if plan.returncode == 0 and PROVISIONAL in plan.output:
         # the plan waits on a checkpoint: what the rerun redoes is known once it has run
         listed, counts = counts, finished_jobs(folder.run("--cores", "2").output)
         now = folder.results()
         redone = {path for path, mtime in kept.items() if now.get(path) != mtime}
-        more = [f"{n} {r}" for r, n in listed.items() if r != "total" and n > counts.get(r, 0)]
-        redoes = describe(counts)
-        if more:
-            redoes += f" (its dry run, waiting on a checkpoint, listed {', '.join(more)})"
+    redoes = describe(counts)
+    more = [f"{n} {r}" for r, n in listed.items() if r != "total" and n > counts.get(r, 0)]
+    if more:
+        redoes += f" (its dry run, waiting on a checkpoint, listed {', '.join(more)})"
     setup = [rule for rule in SETUP if counts.get(rule) and rule not in set(setup_touched)]
     redoes = ("after --unlock: " if unlocked else "") + redoes
     if plan.returncode != 0:

@@ -1,8 +1,11 @@
 """What the end-to-end tests share: running the workflow in a temporary directory, a config
-file, the dry run's job table, the tiny sweep, a module of scripts/."""
+file, the dry run's job table and a run's finished jobs, the results' mtimes, the tiny sweep, a
+module of scripts/."""
 
+import collections
 import importlib
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -49,6 +52,19 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
             break
         counts[parts[0]] = int(parts[1])
     return counts
+
+
+def finished_jobs(output: str) -> dict[str, int]:
+    """The jobs a run finished (its ``Finished jobid: N (Rule: X)`` lines) as {rule: count}."""
+    return dict(
+        collections.Counter(re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", output, re.M))
+    )
+
+
+def run_mtimes(workdir: Path) -> dict[str, int]:
+    """Every result under ``results/runs`` of ``workdir`` (path from there -> mtime in ns)."""
+    runs = workdir / "results" / "runs"
+    return {p.relative_to(runs).as_posix(): p.stat().st_mtime_ns for p in runs.rglob("*.json")}
 
 
 def is_png(path: Path) -> bool:

@@ -4,7 +4,6 @@ entry, before any benchmark job."""
 
 import hashlib
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import torch
 
 from batchscope.core import paths, results
 from tests.factories import NO_RACE, ONE_ROUND
-from tests.workflow.helpers import snakemake, write_config
+from tests.workflow.helpers import finished_jobs, run_mtimes, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -133,11 +132,6 @@ def test_each_model_was_checked_once_and_its_check_says_what_it_found(mixed_run)
         assert check["flops_per_sample_infer"] > 0
 
 
-def _results(workdir: Path) -> dict[str, int]:
-    runs = workdir / "results" / "runs"
-    return {p.relative_to(runs).as_posix(): p.stat().st_mtime_ns for p in runs.rglob("*.json")}
-
-
 def test_new_weights_and_a_model_added_rerun_only_those_models_jobs(mixed_run, tmp_path):
     """In a copy of the finished sweep: mynet's weights change and a model is added. The rerun
     (to the runs, not the report) measures mynet's and the new model's points, and leaves every
@@ -150,7 +144,7 @@ def test_new_weights_and_a_model_added_rerun_only_those_models_jobs(mixed_run, t
     torch.save({"model": torch.load(weights)["state_dict"]}, weights)
     added = {"name": "mynet2", "factory": MYNET_ENTRY["factory"], "kwargs": {"width": 5}}
     config = write_config(workdir, **{**SWEEP, "models": [*SWEEP["models"], added]})
-    before = _results(workdir)
+    before = run_mtimes(workdir)
     targets = [f"results/runs/{p}" for p in before] + [
         f"results/runs/{mode}/mynet2/bs8_acc1_nw0_seed0_round1.json" for mode in ("train", "infer")
     ]
@@ -158,15 +152,13 @@ def test_new_weights_and_a_model_added_rerun_only_those_models_jobs(mixed_run, t
         workdir, *targets, "--cores", "2", "--configfile", str(config)
     )  # targets first: --configfile takes several
     assert done.returncode == 0, done.stderr[-3000:]
-    after = _results(workdir)
+    after = run_mtimes(workdir)
     redone = {p for p, mtime in before.items() if after[p] != mtime}
     assert redone == {f"{mode}/mynet/bs8_acc1_nw0_seed0_round1.json" for mode in ("train", "infer")}
     assert set(after) - set(before) == {t.removeprefix("results/runs/") for t in targets[-2:]}
-    ran = re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", done.stdout + done.stderr, re.M)
-    assert sorted(r for r in ran if r.startswith("model_check")) == [
-        "model_check", "model_check", "model_check_spec", "model_check_spec"
-    ]  # mynet's again, mynet2's  # fmt: skip
-    assert ran.count("bench") == 4
+    ran = finished_jobs(done.stdout + done.stderr)
+    assert ran["model_check"] == 2 and ran["model_check_spec"] == 2  # mynet's again, mynet2's
+    assert ran["bench"] == 4
 
 
 MISTAKES = [

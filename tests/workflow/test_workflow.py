@@ -3,7 +3,6 @@
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +12,16 @@ import pandas as pd
 import pytest
 
 from tests.factories import NO_RACE, ONE_ROUND
-from tests.workflow.helpers import TINY, is_png, job_counts, needs_fmnist, snakemake, write_config
+from tests.workflow.helpers import (
+    TINY,
+    finished_jobs,
+    is_png,
+    job_counts,
+    needs_fmnist,
+    run_mtimes,
+    snakemake,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -213,17 +221,17 @@ def test_the_dataset_fetched_again_reruns_only_the_missing_run(fmnist_run, tmp_p
     runs = workdir / "results" / "runs"
     missing = "infer/small_cnn/bs50_acc1_nw0_seed0_round1.json"
     (runs / missing).unlink()
-    before = {p.relative_to(runs).as_posix(): p.stat().st_mtime_ns for p in runs.rglob("*.json")}
+    before = run_mtimes(workdir)
     targets = [f"results/runs/{p}" for p in [*before, missing]]
     done = snakemake(
         workdir, *targets, "--cores", "2", "--configfile", str(workdir / config.name)
     )  # targets first: --configfile takes several
     assert done.returncode == 0, done.stderr[-3000:]
-    after = {p.relative_to(runs).as_posix(): p.stat().st_mtime_ns for p in runs.rglob("*.json")}
+    after = run_mtimes(workdir)
     assert {p for p in after if before.get(p) != after[p]} == {missing}
     assert (workdir / dataset).is_dir()
-    ran = re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", done.stdout + done.stderr, re.M)
-    assert sorted(ran) == ["bench", "download_dataset"]  # its spec was kept
+    ran = finished_jobs(done.stdout + done.stderr)
+    assert ran == {"bench": 1, "download_dataset": 1}  # its spec was kept
 
 
 def test_oom_is_a_result_and_the_sweep_completes(tmp_path):
