@@ -76,14 +76,21 @@ def test_too_few_undisturbed_runs_and_no_point_is_named():
         {
             (8, 0): [(2000.0, 0.0), (2100.0, 0.0), (2050.0, 0.0)],
             (16, 0): [(900.0, 0.6), (950.0, 0.0), (920.0, 0.5)],
+            # one run loaded, two undisturbed kept: not what stops the answer
+            (32, 0): [(1500.0, 0.0), (1400.0, 0.3), (1450.0, 0.0)],
         }
     )
     found = _answer(summary)
     assert found["verdict"] == "disturbed"
     assert found["pick"] is None
-    assert "batch_size=16, num_workers=0" in found["pick_reason"]
+    assert "leaving batch_size=16, num_workers=0 with fewer than 2" in found["pick_reason"]
+    assert "batch_size=32" not in found["pick_reason"]
     assert "60%" in found["pick_reason"]  # the worst share seen
-    assert sorted(run["round"] for run in found["left_out"]) == [1, 3]
+    assert sorted((run["batch_size"], run["round"]) for run in found["left_out"]) == [
+        (16, 1),
+        (16, 3),
+        (32, 2),
+    ]
     schema = recommendation.load_schema()
     jsonschema.validate(
         results.finite_or_null(recommendation.to_document([found], 0.05)),

@@ -148,7 +148,8 @@ def answers(
             n_loaded[key] = int(mask.sum())
             spent[key] = _spent(point_runs, eliminated.get(key))
         left_out = [_left_out(run) for _, run in runs[loaded.loc[runs.index]].iterrows()]
-        if verdict.short_of_clean_runs(clean, n_loaded):
+        short = verdict.short_of_clean_runs(clean, n_loaded)
+        if short:
             decision = verdict.disturbed_verdict(everything, design.level, design.margin)
         else:
             clean = {key: values for key, values in clean.items() if values}
@@ -170,6 +171,7 @@ def answers(
             dataset=named["dataset"],
             left_out=left_out,
             foreign_cpu_limit=foreign_cpu_limit,
+            short=short,
             spent={key: spent[key] for key in decision.stats},
         )
         if _int(named["sequence_length"]) is not None:  # images' answers are as they were
