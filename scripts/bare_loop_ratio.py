@@ -148,7 +148,10 @@ def run_pair(args, spec, spec_path: Path, out: Path, deterministic: bool, previo
 
 def spread(values: list[float]) -> str:
     s = ratio_summary(values, method="exclusive")
-    return f"IQR {s['iqr']:.3f}, min {s['min']:.3f}, max {s['max']:.3f}"
+    text = f"IQR {s['iqr']:.3f}, min {s['min']:.3f}, max {s['max']:.3f}"
+    if "geo_mean" in s:
+        text += f"; geometric mean {s['geo_mean']:.3f} ({s['ci_low']:.3f}-{s['ci_high']:.3f})"
+    return text
 
 
 def compare(argv: list[str]) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shutil
 import statistics
@@ -116,13 +117,21 @@ def median(values: Iterable[float | None]) -> float | None:
 
 def ratio_summary(ratios: Sequence[float], method: str = "inclusive") -> dict[str, float]:
     """Median, IQR (quartiles by ``statistics.quantiles``' ``method``), min and max of
-    per-pair ratios; the IQR of one ratio is 0."""
+    per-pair ratios; the IQR of one ratio is 0. With two or more, also their geometric mean
+    and its 95% t interval (on the logs: a ratio's spread is multiplicative), which says
+    whether the pairs settle a goal of a few percent: ``geo_mean``, ``ci_low``, ``ci_high``."""
     med = statistics.median(ratios)
+    out = {"median": med, "iqr": 0.0, "min": min(ratios), "max": max(ratios)}
     if len(ratios) > 1:
+        from scipy import stats
+
         p25, _, p75 = statistics.quantiles(ratios, n=4, method=method)
-    else:
-        p25 = p75 = med
-    return {"median": med, "iqr": p75 - p25, "min": min(ratios), "max": max(ratios)}
+        logs = [math.log(r) for r in ratios]
+        mean, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+        half = float(stats.t.ppf(0.975, len(logs) - 1)) * se
+        out.update(iqr=p75 - p25, geo_mean=math.exp(mean))
+        out.update(ci_low=math.exp(mean - half), ci_high=math.exp(mean + half))
+    return out
 
 
 # ------------------------------------------------------------------ a bare PyTorch loop

@@ -1,5 +1,10 @@
 """Part 1 of the overhead benchmark: the runner against a bare loop, the same model, batch size,
-data, SGD optimizer and seed, alternating A B A B in this one process."""
+data, SGD optimizer (training) and seed, alternating A B A B in this one process, per mode.
+
+In one process the two sides share its luck (its threads' placement, its allocator's layout),
+which between processes spreads a point's throughput by 8-15% here: the per-round ratio then
+judges the runner's own cost per step, not which process was luckier (``bare_loop_ratio.py``
+asks the same question across fresh processes, where that spread is in every pair)."""
 
 from __future__ import annotations
 
@@ -18,26 +23,29 @@ def synthetic_options(batch_size: int, steps: int) -> dict:
     return {"channels": 1, "image_size": 28, "num_classes": 10, "num_samples": batch_size * steps}
 
 
-def runner_spec(args: argparse.Namespace, *, epochs: int, max_steps: int):
-    """The run spec of side A: the schema's defaults, with this script's settings."""
+def runner_spec(args: argparse.Namespace, mode: str, *, epochs: int, max_steps: int):
+    """The run spec of side A: the schema's defaults, with this script's settings. Inference
+    ends once its window holds every measured step (no minimum seconds)."""
     from batchscope.core import config, spec
 
     sweep = {
         "dataset": {"name": "synthetic"},
         "models": [args.model],
-        "modes": ["train"],
+        "modes": [mode],
         "batch_sizes": [args.batch_size],
         "num_workers": [args.num_workers],
         "seeds": [args.seed],
         "device": args.device,
         "deterministic": args.deterministic,
-        "measure": {"warmup_steps": args.warmup, "repeats": 1},
+        "measure": {"warmup_steps": args.warmup, "repeats": 1, "min_steps": args.steps,
+                    "min_seconds": 0},
         "train": {"epochs": epochs, "max_steps": max_steps, "optimizer": "sgd", "lr": args.lr,
                   "momentum": args.momentum},
+        "infer": {"max_steps": max_steps},
     }  # fmt: skip
     return spec.build(
         config.completed(sweep),
-        mode="train",
+        mode=mode,
         model=args.model,
         batch_size=args.batch_size,
         num_workers=args.num_workers,
@@ -47,15 +55,15 @@ def runner_spec(args: argparse.Namespace, *, epochs: int, max_steps: int):
 
 class Sides:
     """Sides A (``batchscope.bench.runner.run``) and B (a minimal hand-written loop) on one
-    device, data split and spec; each side's call trains a fresh model and returns its measured
-    samples over its measured seconds."""
+    device, data split and spec; each side's call runs a fresh model in ``mode`` (trains it, or
+    infers) and returns its measured samples over its measured seconds."""
 
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, mode: str):
         import torch
 
         from batchscope.bench import data, measure, models, seeding
 
-        self.args = args
+        self.args, self.mode = args, mode
         self.device = measure.resolve_device(args.device)
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -70,7 +78,8 @@ class Sides:
         per_epoch = len(self.split.dataset) // args.batch_size
         if per_epoch < 1:
             raise SystemExit(f"batch size {args.batch_size} is larger than the dataset")
-        self.cfg = runner_spec(args, epochs=math.ceil(self.total / per_epoch), max_steps=self.total)
+        epochs = math.ceil(self.total / per_epoch)
+        self.cfg = runner_spec(args, mode, epochs=epochs, max_steps=self.total)
         self.bookkeeping: list[float] = []  # the runner's own per-step bookkeeping / step time
 
     def build(self):
@@ -91,7 +100,8 @@ class Sides:
             result, _ = runner.run(model, self.cfg, self.device, self.split.dataset)
         if result["status"] != "ok" or result["measured_steps"] != self.args.steps:
             raise SystemExit(f"runner: {result['status']} after {result['steps_run']} steps")
-        self.bookkeeping.append(result["time_runner_ms"] / result["step_time_ms_mean"])
+        if result["time_runner_ms"] is not None:  # from the diagnostic steps, when it ran them
+            self.bookkeeping.append(result["time_runner_ms"] / result["step_time_ms_mean"])
         return result["measured_samples"] / result["measured_s"]
 
     def side_b(self) -> float:
@@ -103,13 +113,14 @@ class Sides:
 
         args, device = self.args, self.device
         cuda = device.type == "cuda"
+        train = self.mode == "train"
         model = self.build().to(device)
-        model.train()
+        model.train(train)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
         loader = DataLoader(
             self.split.dataset,
             batch_size=args.batch_size,
-            shuffle=True,
+            shuffle=train,
             drop_last=True,
             num_workers=args.num_workers,
             pin_memory=cuda,
@@ -119,6 +130,10 @@ class Sides:
         def step(x, y) -> None:
             x = x.to(device, non_blocking=cuda)
             y = y.to(device, non_blocking=cuda)
+            if not train:
+                with torch.inference_mode():
+                    model(x)
+                return
             optimizer.zero_grad(set_to_none=True)
             loss = F.cross_entropy(models.logits_of(model(x)), y)
             loss.backward()
@@ -131,14 +146,15 @@ class Sides:
         return args.steps * args.batch_size / elapsed
 
 
-def runner_vs_loop(args: argparse.Namespace) -> dict:
+def runner_vs_loop(args: argparse.Namespace, mode: str) -> dict:
     import torch
 
-    sides = Sides(args)
+    sides = Sides(args, mode)
     print(
-        f"model {args.model}, {args.dataset} {tuple(sides.split.dataset[0][0].shape)},"
-        f" batch {args.batch_size}, workers {args.num_workers}, SGD lr {args.lr}"
-        f" momentum {args.momentum}, seed {args.seed}, device {sides.device},"
+        f"{mode}: model {args.model}, {args.dataset} {tuple(sides.split.dataset[0][0].shape)},"
+        f" batch {args.batch_size}, workers {args.num_workers}"
+        + (f", SGD lr {args.lr} momentum {args.momentum}" if mode == "train" else "")
+        + f", seed {args.seed}, device {sides.device},"
         f" torch threads {torch.get_num_threads()}, deterministic {args.deterministic}"
     )
     print(
@@ -166,10 +182,17 @@ def print_ratios(rows: list[tuple[float, float]], bookkeeping: list[float]) -> d
         f"A/B: median of per-round ratios {ratio:.3f} (IQR {s['iqr']:.3f}, min {s['min']:.3f},"
         f" max {s['max']:.3f}); ratio of medians {of_medians:.3f}; best A / best B {of_best:.3f}"
     )
-    print(
-        "the runner's own bookkeeping between steps (its time_runner_ms, timed by itself):"
-        f" {100 * median(bookkeeping):.2f}% of its step time"
-    )
+    if "geo_mean" in s:
+        print(
+            f"geometric mean of the per-round ratios {s['geo_mean']:.3f}, 95% interval"
+            f" {s['ci_low']:.3f}-{s['ci_high']:.3f} (an interval that holds {RATIO_GOAL} leaves"
+            " the goal unsettled by these rounds)"
+        )
+    if bookkeeping:
+        print(
+            "the runner's own bookkeeping between steps (its time_runner_ms, timed by itself):"
+            f" {100 * median(bookkeeping):.2f}% of its step time"
+        )
     if s["iqr"] > 1 - RATIO_GOAL:
         print(
             f"note: the per-round ratios spread wider (IQR {s['iqr']:.3f}) than the"

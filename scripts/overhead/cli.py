@@ -29,7 +29,9 @@ def parse_args(argv: list[str], description: str) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--rounds", type=int, default=4, help="A B pairs")
+    p.add_argument("--rounds", type=int, default=4, help="A B pairs per mode")
+    p.add_argument("--modes", nargs="+", choices=("train", "infer"), default=["train", "infer"],
+                   help="runner vs loop in these modes")  # fmt: skip
     p.add_argument("--steps", type=int, default=40, help="measured steps per run")
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps per run")
     p.add_argument("--skip-ab", action="store_true", help="skip runner vs bare loop")
@@ -66,13 +68,16 @@ def ab_rows(args: argparse.Namespace, noisy: set[str]) -> list[Row]:
     added to ``noisy``)."""
     if args.skip_ab:
         return [("runner / bare loop, samples/s", "skipped", f">= {RATIO_GOAL}", None)]
-    heading(f"1. runner vs bare loop ({args.device})")
-    ab = runner_vs_loop(args)
-    goal = f"runner / bare loop, samples/s ({ab['device']})"
-    measured = f"{ab['ratio']:.3f} (IQR {ab['iqr']:.3f})"
-    if ab["iqr"] > 1 - RATIO_GOAL:
-        noisy.add(goal)
-    return [(goal, measured, f">= {RATIO_GOAL}", ab["ratio"] >= RATIO_GOAL)]
+    rows: list[Row] = []
+    for mode in args.modes:
+        heading(f"1. runner vs bare loop, {mode} ({args.device})")
+        ab = runner_vs_loop(args, mode)
+        goal = f"runner / bare loop, {mode} samples/s ({ab['device']})"
+        measured = f"{ab['ratio']:.3f} (IQR {ab['iqr']:.3f})"
+        if ab["iqr"] > 1 - RATIO_GOAL:
+            noisy.add(goal)
+        rows.append((goal, measured, f">= {RATIO_GOAL}", ab["ratio"] >= RATIO_GOAL))
+    return rows
 
 
 def fixed_cost_rows(args: argparse.Namespace) -> list[Row]:
