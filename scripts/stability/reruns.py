@@ -13,6 +13,7 @@ from sweeps import heading, load_config
 
 from batchscope.core import config as configuration
 from stability.answers import agreement, cv
+from stability.consistency import fits_of, homogeneity
 from stability.sweep import run_and_read
 from stability.text import (
     fmt_cv,
@@ -46,6 +47,7 @@ def part_reruns(args: argparse.Namespace, workdir: Path) -> dict:
         "points": points_out,
         "cv_mismatches": mismatches,
         "answers": print_answers(sweeps),
+        "consistency": print_consistency(sweeps),
     }
 
 
@@ -168,3 +170,28 @@ def print_answers(sweeps: Sequence[dict]) -> list[dict]:
         f" {n_contra} with a contradicted separation"
     )
     return groups_out
+
+
+def print_consistency(sweeps: Sequence[dict]) -> list[dict]:
+    """Per group, whether the reruns' estimates differ more than each rerun's own pooled model
+    allows (stability.consistency): the assumption under "every pick in every tie set"."""
+    heading("(a) do the reruns differ more than each rerun's model says? (Cochran's Q)")
+    print(
+        "per group, on the points every rerun measured: each rerun's pooled estimates as ratios"
+        " to one point, their differences between reruns against each rerun's covariance;"
+        " overdispersion Q/df is about 1 when reruns differ only as each rerun's intervals say"
+    )
+    fits = fits_of([s.get("round_runs", {}) for s in sweeps])
+    out = []
+    for group, per_rerun in fits.items():
+        found = homogeneity(per_rerun)
+        if found is None:
+            print(f"{fmt_group(group)}: fewer than two reruns with two points to compare")
+            continue
+        print(
+            f"{fmt_group(group)}: Q {found['q']:.1f} on {found['df']} df, p {found['p']:.3f},"
+            f" overdispersion {found['overdispersion']:.2f} ({found['points']} points,"
+            f" {found['reruns']} reruns)"
+        )
+        out.append({"group": fmt_group(group), **found})
+    return out

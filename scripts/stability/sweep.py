@@ -84,6 +84,18 @@ def read_runs(folder: Path) -> dict[PointKey, list[float]]:
     return out
 
 
+def read_round_runs(folder: Path) -> dict[PointKey, list[tuple[int, float]]]:
+    """Per point, (round, samples_per_s) of its ok runs that no foreign load disturbed: the
+    runs its verdict compares (results/summary.csv)."""
+    out: dict[PointKey, list[tuple[int, float]]] = {}
+    with (folder / "results" / "summary.csv").open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            rate = number(row.get("samples_per_s"))
+            if row.get("status") == "ok" and rate and row.get("foreign_load") != "True":
+                out.setdefault(point_key(row), []).append((int(row["round"]), rate))
+    return out
+
+
 def read_by_point(folder: Path) -> dict[PointKey, dict[str, Any]]:
     """Per point, samples_per_s_cv, n_rounds and eliminated_at_round of summary_by_point.csv."""
     out = {}
@@ -131,6 +143,7 @@ def run_and_read(args: argparse.Namespace, folder: Path, config: Mapping[str, An
     try:
         out["bench_job_s"], out["bench_jobs"] = bench_job_seconds(folder)
         out["runs"] = read_runs(folder)
+        out["round_runs"] = read_round_runs(folder)
         out["by_point"] = read_by_point(folder)
         out["answers"] = read_answers(folder)
         out["eliminations"] = read_eliminations(folder)

@@ -10,6 +10,7 @@ import pytest
 from tests.workflow.helpers import SCRIPTS, scripts_module
 
 sb = scripts_module("stability.answers")
+consistency = scripts_module("stability.consistency")
 sweeps = scripts_module("sweeps")
 
 GROUP = ("train", "small_cnn", None, 1, 1)  # mode, model, sequence length, accumulation, devices
@@ -129,11 +130,70 @@ def test_cv():
     assert sb.cv([90.0, 110.0]) == pytest.approx(14.142135623730951 / 100)
 
 
+def _reruns(ratios_per_rerun, runs=12, sd=0.1, seed=3):
+    """Round runs of 4 points per rerun: (round, samples_per_s), log-normal around each rerun's
+    ratios, every rerun at its own overall speed and with its own round effects."""
+    import numpy as np
+
+    from batchscope.core import grid
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, ratios in enumerate(ratios_per_rerun):
+        speed, rounds = 1000.0 * (1 + 0.3 * i), rng.normal(0, 0.1, runs)
+        out.append(
+            {
+                grid.GridPoint("infer", "small_cnn", None, b, 1, 0, 1): [
+                    (r + 1, speed * ratio * float(np.exp(rounds[r] + rng.normal(0, sd))))
+                    for r in range(runs)
+                ]
+                for b, ratio in zip((8, 16, 32, 64), ratios, strict=True)
+            }
+        )
+    return out
+
+
+def test_reruns_with_the_same_ratios_are_not_overdispersed():
+    same = [(1.0, 0.9, 0.8, 0.5)] * 3
+    (fits,) = consistency.fits_of(_reruns(same)).values()
+    found = consistency.homogeneity(fits)
+    assert found["df"] == 6 and found["points"] == 4 and found["reruns"] == 3
+    assert 0.2 < found["overdispersion"] < 2.5  # each rerun's own speed and drift taken out
+    assert found["p"] > 0.01
+
+
+def test_a_point_moved_in_one_rerun_is_overdispersion():
+    moved = [(1.0, 0.9, 0.8, 0.5), (1.0, 1.15, 0.8, 0.5), (1.0, 0.9, 0.8, 0.5)]
+    (fits,) = consistency.fits_of(_reruns(moved)).values()
+    found = consistency.homogeneity(fits)
+    assert found["overdispersion"] > 3 and found["p"] < 0.01
+
+
+def test_one_rerun_has_nothing_to_compare_with():
+    (fits,) = consistency.fits_of(_reruns([(1.0, 0.9, 0.8, 0.5)])).values()
+    assert consistency.homogeneity(fits) is None
+
+
 def test_ratio_summary_is_the_median_of_per_pair_ratios():
     s = sweeps.ratio_summary([0.9, 1.0, 1.1, 1.3])
     assert s["median"] == pytest.approx(1.05)
     assert (s["min"], s["max"]) == (0.9, 1.3)
     assert sweeps.ratio_summary([0.98])["iqr"] == 0.0
+    assert "geo_mean" not in sweeps.ratio_summary([0.98])  # no interval from one pair
+
+
+def test_ratio_summary_gives_the_geometric_mean_and_its_t_interval():
+    import math
+
+    ratios = [0.9, 1.0, 1.1, 1.3]
+    s = sweeps.ratio_summary(ratios)
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 3)
+    half = 3.182446 * sd / 2  # t quantile 0.975 on 3 df, from a table
+    assert s["geo_mean"] == pytest.approx(math.exp(mean))
+    assert s["ci_low"] == pytest.approx(math.exp(mean - half), rel=1e-5)
+    assert s["ci_high"] == pytest.approx(math.exp(mean + half), rel=1e-5)
 
 
 #: Run a command's side B (``--help`` only) as ``__main__``, its folder first on sys.path as
