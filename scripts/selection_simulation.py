@@ -76,6 +76,7 @@ def new_sweep(truth, cv, design, budget_s, run_s, rng) -> dict:
     runs = race.Runs()
     going = list(truth)
     last = 0
+    gone: set = set()  # what the looks eliminated: never back in the final tie set
     for round_ in range(1, design.last_round + 1):
         for p, value in draw(truth, going, cv, rng).items():
             k = key(p)
@@ -89,13 +90,15 @@ def new_sweep(truth, cv, design, budget_s, run_s, rng) -> dict:
         decision = race.decide_round(runs, round_, design)
         decision = race.apply_budget(decision, runs, round_, budget_s)
         going = [(k[3], k[5]) for k in decision.going_on]
+        gone |= {(k[3], k[5]) for k in decision.eliminated}
         if not going:
             break
     values = {(k[3], k[5]): v for k, v in runs.values.items()}
     blocks = {(k[3], k[5]): runs.blocks[k] for k in runs.values}
     found = verdict.decide(
-        values, design.level, design.margin, blocks=blocks, level_final=design.final_level(last)
-    )
+        values, design.level, design.margin, blocks=blocks, level_final=design.final_level(last),
+        eliminated=gone,
+    )  # fmt: skip
     pick, _ = recommendation.choose(found, rows_of(truth))
     n = sum(len(v) for v in values.values())
     return {"pick": pick, "state": found.verdict, "tie": len(found.tie_set), "runs": n,

@@ -47,7 +47,7 @@ exclude it too. It keeps its runs; the final analysis includes them.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -115,7 +115,8 @@ class Comparison:
 
     @property
     def top(self) -> int:
-        return self.order[0]
+        """The best estimate among the points that can be the best (G's first)."""
+        return self.tie[0] if self.tie else self.order[0]
 
     def within(self, margin: float) -> set[int]:
         """Members of G shown within ``margin`` (a fraction) of the best."""
@@ -123,9 +124,12 @@ class Comparison:
         return {i for i in self.tie if self.lower[i] > -delta}
 
 
-def compare(f: Fit, level: float) -> Comparison | None:
+def compare(f: Fit, level: float, out: Collection[int] = ()) -> Comparison | None:
     """Hsu's MCB at ``level`` (see the module docstring); None when the fit has no variance
-    to test with (one run per point) and more than one point."""
+    to test with (one run per point) and more than one point. ``out``: points the race already
+    eliminated (indices): their runs stay in the fit (the pooled variance, the comparisons'
+    bounds), but they are not in G, each having been shown slower than the best at a look
+    whose level the race spent (unless that would leave G empty: then they are)."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"need 0 < level < 1, got {level}")
     k = len(f.keys)
@@ -143,6 +147,7 @@ def compare(f: Fit, level: float) -> Comparison | None:
          for i in range(k)]
     )  # fmt: skip
     tie = tuple(i for i in order if upper[i] > 0)
+    tie = tuple(i for i in tie if i not in out) or tie
     lower = np.zeros(k)
     for i in range(k):
         others = [j for j in tie if j != i]  # empty only when G is i alone: lower bound 0
@@ -263,16 +268,19 @@ def decide(
     *,
     blocks: Mapping[Hashable, Sequence[Hashable]] | None = None,
     level_final: float | None = None,
+    eliminated: Collection[Hashable] = (),
 ) -> Verdict:
     """The verdict on the group's points. ``points`` maps a key to its runs' throughputs (one
     number per process, never within-process windows); ``blocks`` to their rounds.
     ``level`` is the family's level; ``level_final`` what the race left for this analysis
-    (:meth:`Design.final_level`; ``level`` when not given)."""
+    (:meth:`Design.final_level`; ``level`` when not given). ``eliminated``: the points the
+    race's looks eliminated, compared but never in the tie set (:func:`compare`)."""
     if margin < 0:
         raise ValueError(f"need margin >= 0, got {margin}")
     level_final = level if level_final is None else level_final
     f = fit(points, blocks)
-    c = compare(f, level_final)
+    gone = set(eliminated)
+    c = compare(f, level_final, {i for i, key in enumerate(f.keys) if key in gone})
     k = len(f.keys)
     stats_ = {key: point_stats(points[key]) for key in f.keys}
     estimate = {key: math.exp(f.estimate[i]) for i, key in enumerate(f.keys)}
@@ -397,10 +405,12 @@ def look(
     margin: float,
     *,
     blocks: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    eliminated: Collection[Hashable] = (),
 ) -> Look:
     """The race's look after a round, at ``level`` (:meth:`Design.look_level`): MCB on every run so
-    far of the group's points; the points outside the tie set are eliminated."""
-    v = decide(points, level, margin, blocks=blocks)
+    far of the group's points (``eliminated`` by earlier looks among them, never back in the
+    tie set); the points outside the tie set are eliminated."""
+    v = decide(points, level, margin, blocks=blocks, eliminated=eliminated)
     out = frozenset(key for key in v.stats if key not in v.tie_set)
     return Look(out, v.verdict in ("separated", "equivalent"), v.verdict)
 

@@ -234,6 +234,29 @@ def test_a_look_eliminates_what_the_final_analysis_would_also_exclude():
     assert separated.settled and separated.state == "separated"
 
 
+def test_an_eliminated_point_stays_in_the_model_but_never_returns_to_the_tie_set():
+    # c, eliminated after round 3 on its 3 runs, is 12% slower than a: with so few runs its
+    # interval reaches the best, so the plain MCB at the final level would take it back
+    points = {"a": exact(2000, 0.1, 8), "b": exact(1500, 0.1, 8), "c": exact(1760, 0.1, 3)}
+    plain = v.decide(points, LEVEL, MARGIN, level_final=0.039)
+    assert "c" in plain.tie_set
+    raced = v.decide(points, LEVEL, MARGIN, level_final=0.039, eliminated=["c"])
+    assert raced.tie_set == ("a",) and raced.verdict == "separated" and raced.leader == "a"
+    assert raced.model == plain.model  # its runs still pool into the spread
+    # with a close second point d, c's 3 runs no longer set the detectable difference
+    close = {**points, "d": exact(1950, 0.1, 8)}
+    plain_close = v.decide(close, LEVEL, MARGIN, level_final=0.039)
+    raced_close = v.decide(close, LEVEL, MARGIN, level_final=0.039, eliminated=["c"])
+    assert set(plain_close.tie_set) == {"a", "c", "d"} and raced_close.tie_set == ("a", "d")
+    assert raced_close.detectable_diff_frac < plain_close.detectable_diff_frac
+    # a look does the same: a group kept open only by a point an earlier look eliminated stops
+    assert v.look(points, 0.0036, MARGIN, eliminated=["c"]).settled
+    assert not v.look(points, 0.0036, MARGIN).settled
+    # were every candidate eliminated, the tie set would not be empty: the plain one stands
+    everyone = v.decide(points, LEVEL, MARGIN, level_final=0.039, eliminated=["a", "b", "c"])
+    assert everyone.tie_set == plain.tie_set
+
+
 # ------------------------------------------------------------------ picking and the document
 
 ROWS = {

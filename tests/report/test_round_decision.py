@@ -72,6 +72,19 @@ def test_an_eliminated_point_stays_in_the_comparison_but_is_not_measured_again()
     assert slow not in found.going_on and slow not in found.eliminated  # not measured in round 4
 
 
+def test_a_group_held_open_only_by_an_eliminated_point_settles():
+    # 32 leads 64 by half, clearly; 48, eliminated after round 2 on 2 runs, is 3% behind 32:
+    # its 2 runs keep its interval wide enough to reach the best, but it is out of the race
+    fast, mid, slow = (("train", "m", None, b, 1, 0, 1) for b in (32, 48, 64))
+    runs = _runs({fast: 1000.0, mid: 970.0, slow: 500.0}, 6, 0.02, seed=1)
+    runs.measured_in[mid] = {1, 2}
+    runs.values[mid] = [970.0 * 1.02, 970.0 / 1.02]
+    runs.blocks[mid] = [1, 2]
+    found = decision.decide_round(runs, 6, DESIGN)
+    assert list(found.settled) == [("train", "m", None, 1, 1)] and found.going_on == []
+    assert found.eliminated == [slow]
+
+
 def test_a_round_past_the_budget_does_not_start():
     runs = _runs(POINTS, 3, 0.1)  # 9 runs of 5 device-seconds: 45 spent
     found = decision.decide_round(runs, 3, DESIGN)

@@ -159,6 +159,7 @@ def answers(
                 design.margin,
                 blocks={key: blocks[key] for key in clean},
                 level_final=design.final_level(int(runs["round"].max())),
+                eliminated=[key for key in clean if eliminated.get(key)],
             )
         named = dict(zip(GROUP_KEYS, group, strict=True))
         answer = recommendation.to_answer(

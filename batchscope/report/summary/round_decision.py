@@ -116,6 +116,8 @@ def decide_round(runs: Runs, round_: int, design: verdict.Design) -> Decision:
                 design.look_level(round_),
                 design.margin,
                 blocks={p: runs.blocks[p] for p in comparable},
+                # not measured this round: an earlier look eliminated it
+                eliminated=[p for p in comparable if p not in here],
             )
             dropped = (found.eliminated & set(here)) - short
             if found.settled and not short & set(members):
