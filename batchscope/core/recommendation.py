@@ -178,7 +178,7 @@ def to_answer(
     dataset: str | None = None,
     left_out: Sequence[Mapping[str, Any]] = (),
     foreign_cpu_limit: float | None = None,
-    short: Sequence[Hashable] | None = None,
+    short: Sequence[Hashable] = (),
     spent: Mapping[Hashable, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One entry of ``answers`` in ``results/recommendation.json`` (recommendation_schema.json).
@@ -187,8 +187,7 @@ def to_answer(
     median throughput comes from the verdict when the row lacks it). ``left_out`` lists the runs
     measured under foreign load (grid keys, ``foreign_cpu_frac`` and ``result``, the file to
     redo); with a ``disturbed`` verdict no point is picked and the reason says why, naming the
-    points ``short`` of undisturbed runs (``verdict.short_of_clean_runs``; None: every point
-    with a loaded run). ``spent``
+    points ``short`` of undisturbed runs (``verdict.short_of_clean_runs``). ``spent``
     gives per point its ``rounds``, ``runs_per_round`` (seeds), ``device_s`` (summed over its
     runs) and ``eliminated_at_round``.
     """
@@ -199,10 +198,11 @@ def to_answer(
     spent = spent or {}
     if left_out and foreign_cpu_limit is None:
         raise ValueError("runs left out for foreign load need the limit they exceeded")
+    if verdict.verdict == "disturbed" and not short:
+        raise ValueError("a disturbed verdict needs the points short of undisturbed runs")
     choice, pick_reason = choose(verdict, merged, rule)
     if choice is None:
-        named = None if short is None else [rows[key] for key in short]
-        pick_reason = _refusal(left_out, foreign_cpu_limit, named)
+        pick_reason = _refusal(left_out, foreign_cpu_limit, [rows[key] for key in short])
     elif left_out:
         pick_reason += (
             f" {len(left_out)} run(s) measured while other processes took more than"
@@ -302,14 +302,12 @@ def _fit(v: Verdict, rows: Mapping[Hashable, Mapping[str, Any]]) -> dict[str, An
 
 
 def _refusal(
-    left_out: Sequence[Mapping[str, Any]],
-    limit: float,
-    short: Sequence[Mapping[str, Any]] | None = None,
+    left_out: Sequence[Mapping[str, Any]], limit: float, short: Sequence[Mapping[str, Any]]
 ) -> str:
     """Why no point is named (the ``short`` points' rows: those left with fewer than 2
-    undisturbed runs; None: every point with a loaded run), and what to do about it."""
+    undisturbed runs), and what to do about it."""
     worst = max(float(run["foreign_cpu_frac"]) for run in left_out)
-    points = sorted({(int(r["batch_size"]), int(r["num_workers"])) for r in short or left_out})
+    points = sorted({(int(r["batch_size"]), int(r["num_workers"])) for r in short})
     named = "; ".join(f"batch_size={b}, num_workers={w}" for b, w in points)
     return (
         f"No point is named: {len(left_out)} run(s) were measured while other processes took"

@@ -100,8 +100,7 @@ class Sides:
             result, _ = runner.run(model, self.cfg, self.device, self.split.dataset)
         if result["status"] != "ok" or result["measured_steps"] != self.args.steps:
             raise SystemExit(f"runner: {result['status']} after {result['steps_run']} steps")
-        if result["time_runner_ms"] is not None:  # from the diagnostic steps, when it ran them
-            self.bookkeeping.append(result["time_runner_ms"] / result["step_time_ms_mean"])
+        self.bookkeeping.append(result["time_runner_ms"] / result["step_time_ms_mean"])
         return result["measured_samples"] / result["measured_s"]
 
     def side_b(self) -> float:
@@ -188,11 +187,10 @@ def print_ratios(rows: list[tuple[float, float]], bookkeeping: list[float]) -> d
             f" {s['ci_low']:.3f}-{s['ci_high']:.3f} (an interval that holds {RATIO_GOAL} leaves"
             " the goal unsettled by these rounds)"
         )
-    if bookkeeping:
-        print(
-            "the runner's own bookkeeping between steps (its time_runner_ms, timed by itself):"
-            f" {100 * median(bookkeeping):.2f}% of its step time"
-        )
+    print(
+        "the runner's own bookkeeping between steps (its time_runner_ms, timed by itself):"
+        f" {100 * median(bookkeeping):.2f}% of its step time"
+    )
     if s["iqr"] > 1 - RATIO_GOAL:
         print(
             f"note: the per-round ratios spread wider (IQR {s['iqr']:.3f}) than the"

@@ -98,6 +98,20 @@ def test_too_few_undisturbed_runs_and_no_point_is_named():
     )
 
 
+def test_a_disturbed_answer_without_the_points_it_lacks_is_refused():
+    key = ("infer", "small_cnn", 16, 0)
+    decision = verdict.disturbed_verdict({key: [900.0, 950.0]}, 0.05, 0.05)
+    row = {"batch_size": 16, "num_workers": 0, "peak_mem_mb": 100.0}
+    run = {"batch_size": 16, "num_workers": 0, "foreign_cpu_frac": 0.6, "result": "r.json"}
+    kwargs = {"mode": "infer", "model": "small_cnn", "accumulation_steps": 1, "left_out": [run]}
+    with pytest.raises(ValueError, match="short of undisturbed runs"):
+        recommendation.to_answer(decision, {key: row}, foreign_cpu_limit=LIMIT, **kwargs)
+    named = recommendation.to_answer(
+        decision, {key: row}, foreign_cpu_limit=LIMIT, short=[key], **kwargs
+    )
+    assert "leaving batch_size=16, num_workers=0 with fewer than 2" in named["pick_reason"]
+
+
 def test_the_race_leaves_loaded_runs_out_and_remeasures_a_point_that_has_no_other(tmp_path):
     paths = []
     for b, rate, frac in [(8, 1000.0, 0.0), (16, 400.0, 0.7), (32, 990.0, 0.0)]:
