@@ -19,6 +19,17 @@ the child with it. A job is started fresh instead (``os.execv``, the same proces
 is not the right model: under SLURM (a warm interpreter would outlive the job's allocation or
 run in another's), off Linux, or when no warm interpreter can be reached (one line says why).
 The result records which (``launch``).
+
+**Fork groups.** The children of one warm interpreter are not independent draws of a fresh
+process: they inherit its address-space layout (one ASLR draw, one heap), and a point's speed
+depends on it. On the 2-core CPU, 7 December 2026 (``scripts/parent_effect.py``), training at
+batch 256 measured a spread of 0.089 (sd of log samples_per_s) between children of one
+interpreter and 0.151 between interpreters (F test p = 0.0007, 6 interpreters x 3 children):
+a sweep whose every run of a point came from one interpreter measured that interpreter's luck
+8 times and called it 8 runs. ``--fork-group`` (the bench rule passes the round) gives each
+group its own interpreter, so a point's runs in different rounds come from different ones and
+are independent again, as the verdict's model assumes; the interpreter a round's points share
+is a round x point effect, in the model's residual.
 """
 
 from __future__ import annotations
@@ -65,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         prog="python -m batchscope.bench.launch", description=__doc__.split("\n")[0]
     )
     p.add_argument("--launch", choices=LAUNCHES, default="warm")
+    p.add_argument(
+        "--fork-group",
+        default="",
+        help="jobs of one group are forked from one warm interpreter, another group's from"
+        " another (the bench rule passes the round: see fork_group in the module docstring)",
+    )
     p.add_argument("module", help="the module to run (batchscope.bench)")
     return p.parse_known_args(argv)
 
@@ -73,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parse_args(argv)
     if args.launch == "warm" and forkable():
         try:
-            return run_warm(args.module, rest)
+            return run_warm(args.module, rest, args.fork_group)
         except Unavailable as error:
             print(f"{_FRESH} {error}", file=sys.stderr, flush=True)
     return exec_fresh(args.module, rest)
@@ -126,11 +143,13 @@ def code_state() -> list:
     return [*found, *map(_stat, files)]
 
 
-def key() -> str:
+def key(fork_group: str = "") -> str:
     """The warm interpreter this job may be forked from: the same interpreter, the same
-    environment (less :data:`VOLATILE_ENV`), search path and code."""
+    environment (less :data:`VOLATILE_ENV`), search path and code, and the same fork group."""
     env = {k: v for k, v in os.environ.items() if k not in VOLATILE_ENV}
     state = [sys.executable, sys.version, search_path(), sorted(env.items()), code_state()]
+    if fork_group:
+        state.append(fork_group)
     return hashlib.sha256(json.dumps(state).encode()).hexdigest()[:20]
 
 
@@ -204,9 +223,9 @@ def _receive(sock: socket.socket) -> dict | None:
     return json.loads(data) if data else None
 
 
-def run_warm(module: str, rest: list[str]) -> int:
+def run_warm(module: str, rest: list[str], fork_group: str = "") -> int:
     """Run the job in a child of the warm interpreter; its exit status."""
-    sock, child = start_warm(module, rest)
+    sock, child = start_warm(module, rest, fork_group)
     for signum in FORWARDED:
         signal.signal(signum, lambda signum, frame: signal_job(child, signum))
     try:
@@ -228,12 +247,12 @@ def run_warm(module: str, rest: list[str]) -> int:
     return code
 
 
-def start_warm(module: str, rest: list[str]) -> tuple[socket.socket, int]:
+def start_warm(module: str, rest: list[str], fork_group: str = "") -> tuple[socket.socket, int]:
     """The connection to the warm interpreter that has forked the job, and the job's pid;
     :class:`Unavailable` if none did (nothing of the job has run)."""
     message = json.dumps({**request(), "module": module, "argv": rest}).encode()
     try:
-        path = runtime_dir() / f"{key()}.sock"
+        path = runtime_dir() / f"{key(fork_group)}.sock"
         deadline = time.monotonic() + START_TIMEOUT_S
         for _ in range(3):  # an interpreter ending on its idle timeout as we connect: again
             sock = connect(path, deadline)

@@ -48,8 +48,12 @@ def env_for(runtime: Path, **extra: str) -> dict[str, str]:
     return {**env, launch.DIR_ENV: str(runtime), launch.IDLE_ENV: "20", **extra}
 
 
-def client(folder: Path, runtime: Path, *args: str, mode="warm", **extra) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "batchscope.bench.launch", "--launch", mode, "probe", *args]
+def client(
+    folder: Path, runtime: Path, *args: str, mode="warm", group=None, **extra
+) -> subprocess.Popen:
+    grouped = [] if group is None else ["--fork-group", group]
+    cmd = [sys.executable, "-m", "batchscope.bench.launch", "--launch", mode, *grouped, "probe"]
+    cmd += args
     out, err = (folder / "out.txt").open("w"), (folder / "err.txt").open("w")
     with out, err:
         return subprocess.Popen(
@@ -100,6 +104,23 @@ def test_jobs_of_one_environment_share_an_interpreter_and_another_gets_its_own(f
         assert client(folder, runtime, "exit", "0", MARK=mark).wait(120) == 0
         parents.append(seen(folder)["ppid"])
     assert parents[0] == parents[1] != parents[2]
+
+
+def test_each_fork_group_gets_its_own_interpreter(folder, runtime):
+    """Children of one interpreter share its address-space layout, which moves a point's
+    speed: the bench rule gives each round its own interpreter, so that a point's runs in
+    different rounds are independent. Same environment, other group: another parent."""
+    parents = []
+    for group in ("round1", "round1", "round2"):
+        assert client(folder, runtime, "exit", "0", group=group).wait(120) == 0
+        parents.append(seen(folder)["ppid"])
+    assert parents[0] == parents[1] != parents[2]
+
+
+def test_the_bench_rule_forks_each_round_from_its_own_interpreter():
+    rules = (Path(__file__).parents[2] / "workflow" / "rules" / "bench.smk").read_text()
+    bench = rules.split("rule bench:")[1].split("\nrule ")[0]
+    assert "--fork-group round{wildcards.round}" in bench
 
 
 def test_kill_9_of_the_client_takes_the_job_with_it(folder, runtime):

@@ -30,8 +30,8 @@ rule bench:
         launch=config["sweep"]["launch"],
     shell:
         "PYTHONHASHSEED={wildcards.seed} python -m batchscope.bench.launch --launch {params.launch}"
-        " batchscope.bench {input.spec:q} --threads {threads} --output {output.result:q}"
-        " --steps {output.steps:q} > {log:q} 2>&1"
+        " --fork-group round{wildcards.round} batchscope.bench {input.spec:q} --threads {threads}"
+        " --output {output.result:q} --steps {output.steps:q} > {log:q} 2>&1"
 
 
 # A grid point on N > 1 devices (`devices`): N processes started by torchrun, one per device
