@@ -10,18 +10,23 @@ variance shared by the points (a noisy point keeps its own), the rounds as block
 **Selection of the best.** Hsu's multiple comparisons with the best, MCB (J. C. Hsu, "Constrained
 simultaneous confidence intervals for multiple comparisons with the best", Annals of Statistics
 12 (1984) 1136-1144; *Multiple Comparisons*, 1996, ch. 4, unequal sample sizes): with ``m_i`` the
-estimates, ``se_ij`` the standard error of ``m_i - m_j`` and ``d_i`` the one-sided Dunnett
-critical value with ``i`` as the control (the 1 - level quantile of the largest of the correlated
-t statistics of i against the others, from ``scipy.stats.multivariate_t`` with their exact
-correlations), the intervals for ``mu_i - max_{j != i} mu_j`` (i's log ratio to the best of the
-others) are
+estimates, ``se_ij`` the standard error of ``m_i - m_j`` and ``d_ij`` the critical value of
+the comparison of i with j in the family that has ``i`` as the control (the one-sided Dunnett
+value: the 1 - level quantile of the largest of the correlated t statistics of i against the
+others, from ``scipy.stats.multivariate_t`` with their exact correlations), the intervals for
+``mu_i - max_{j != i} mu_j`` (i's log ratio to the best of the others) are
 
-    upper_i = max(0, min_{j != i} (m_i - m_j + d_i se_ij))
+    upper_i = max(0, min_{j != i} (m_i - m_j + d_ij se_ij))
     G = {i : upper_i > 0}                                         (the tie set)
-    lower_i = 0 if G == {i} else min(0, min_{j in G, j != i} (m_i - m_j - d_j se_ij))
+    lower_i = 0 if G == {i} else min(0, min_{j in G, j != i} (m_i - m_j - d_ji se_ij))
 
 and hold together with probability at least 1 - level: the true best is in G, every point
-outside it is slower than some point, and every lower bound holds.
+outside it is slower than some point, and every lower bound holds. The comparisons of a family
+that rest on the pooled variance share one Dunnett value at the pool's degrees of freedom; a
+comparison with a ``noisy`` point (its own variance, a handful of degrees of freedom), and every
+comparison of a noisy control, takes ``level / (k - 1)`` alone at its Welch degrees of freedom,
+and the pooled ones share the rest. By the union bound the family still holds with 1 - level,
+and one noisy point no longer lends its few degrees of freedom to every comparison of the group.
 
 **States** (:data:`VERDICTS`), with the margin ``delta = log(1 + margin)``:
 
@@ -111,7 +116,7 @@ class Comparison:
     tie: tuple[int, ...]  # G, in that order
     lower: np.ndarray
     upper: np.ndarray
-    critical: np.ndarray
+    critical: np.ndarray  # d_ij: row i, the family with i as the control
 
     @property
     def top(self) -> int:
@@ -136,14 +141,14 @@ def compare(f: Fit, level: float, out: Collection[int] = ()) -> Comparison | Non
     order = tuple(sorted(range(k), key=lambda i: (-f.estimate[i], i)))
     if k == 1:
         zero = np.zeros(1)
-        return Comparison(f, level, order, order, zero, np.full(1, np.inf), zero)
+        return Comparison(f, level, order, order, zero, np.full(1, np.inf), np.zeros((1, 1)))
     if min(f.var_df) < 1:
         return None
     m = f.estimate
     se = np.array([[f.se(i, j) if i != j else 0.0 for j in range(k)] for i in range(k)])
-    critical = np.array([_critical_of(f, i, se, level) for i in range(k)])
+    d = np.array([_criticals_of(f, i, se, level) for i in range(k)])
     upper = np.array(
-        [max(0.0, min(m[i] - m[j] + critical[i] * se[i, j] for j in range(k) if j != i))
+        [max(0.0, min(m[i] - m[j] + d[i, j] * se[i, j] for j in range(k) if j != i))
          for i in range(k)]
     )  # fmt: skip
     tie = tuple(i for i in order if upper[i] > 0)
@@ -152,14 +157,39 @@ def compare(f: Fit, level: float, out: Collection[int] = ()) -> Comparison | Non
     for i in range(k):
         others = [j for j in tie if j != i]  # empty only when G is i alone: lower bound 0
         if others:
-            lower[i] = min(0.0, min(m[i] - m[j] - critical[j] * se[i, j] for j in others))
-    return Comparison(f, level, order, tie, lower, upper, critical)
+            lower[i] = min(0.0, min(m[i] - m[j] - d[j, i] * se[i, j] for j in others))
+    return Comparison(f, level, order, tie, lower, upper, d)
 
 
-def _critical_of(f: Fit, i: int, se: np.ndarray, level: float) -> float:
-    """d_i: the Dunnett critical value of i against every other point, with the exact
-    correlations of the differences and the smallest degrees of freedom among them."""
-    others = [j for j in range(len(f.keys)) if j != i]
+def _criticals_of(f: Fit, i: int, se: np.ndarray, level: float) -> np.ndarray:
+    """Row i of d: the critical values of i's comparisons with the others (d[i, i] = 0).
+
+    The comparisons on the pooled variance share one Dunnett value, with the exact
+    correlations of their differences, at the pool's degrees of freedom and their share of
+    ``level``; a comparison with a noisy point takes ``level / (k - 1)`` at its Welch degrees
+    of freedom (the union bound: the family's level is the sum). A noisy i has its own
+    variance in every comparison: each takes ``level / (k - 1)``."""
+    from scipy import stats
+
+    k = len(f.keys)
+    out = np.zeros(k)
+    others = [j for j in range(k) if j != i]
+    noisy = {j for j in range(k) if f.keys[j] in f.noisy}
+    pooled = [] if i in noisy else [j for j in others if j not in noisy]
+    if pooled:
+        share = level * len(pooled) / len(others)
+        out[pooled] = _dunnett_of(f, i, pooled, se, f.pair_df(i, pooled[0]), share)
+    for j in others:
+        if j not in pooled:
+            out[j] = float(stats.t.ppf(1.0 - level / len(others), f.pair_df(i, j)))
+    return out
+
+
+def _dunnett_of(
+    f: Fit, i: int, others: Sequence[int], se: np.ndarray, df: float, level: float
+) -> float:
+    """The Dunnett critical value of i against ``others``, with the exact correlations of the
+    differences."""
     c = f.cov
     corr = np.empty((len(others), len(others)))
     for a, j in enumerate(others):
@@ -167,7 +197,6 @@ def _critical_of(f: Fit, i: int, se: np.ndarray, level: float) -> float:
             cross = c[i, i] - c[i, h] - c[j, i] + c[j, h]
             corr[a, b] = cross / (se[i, j] * se[i, h])
     np.fill_diagonal(corr, 1.0)
-    df = min(f.pair_df(i, j) for j in others)
     return dunnett_critical(np.clip(corr, -1.0, 1.0), df, level)
 
 
@@ -361,7 +390,7 @@ def _detectable(c: Comparison) -> float | None:
     others = list(c.tie[1:]) or [c.order[1]]
     top = c.top
     worst = max(
-        (c.critical[top] + float(stats.t.ppf(POWER, f.pair_df(top, j)))) * f.se(top, j)
+        (c.critical[top, j] + float(stats.t.ppf(POWER, f.pair_df(top, j)))) * f.se(top, j)
         for j in others
     )
     return math.expm1(worst)
@@ -379,7 +408,7 @@ def _runs_to_settle(c: Comparison, i: int, margin: float) -> int | None:
     if target <= 0:
         return None
     sd = f.se(top, i) / math.sqrt(1.0 / f.n[top] + 1.0 / f.n[i])
-    factor = c.critical[top] + float(stats.t.ppf(POWER, f.pair_df(top, i)))
+    factor = c.critical[top, i] + float(stats.t.ppf(POWER, f.pair_df(top, i)))
     n = math.ceil(2.0 * (factor * sd / target) ** 2)
     if n > MAX_RUNS:
         return None

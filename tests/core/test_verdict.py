@@ -156,6 +156,35 @@ def test_the_best_is_in_the_tie_set_at_least_at_the_stated_rate():
     assert missed / trials <= LEVEL + 3 * math.sqrt(LEVEL * (1 - LEVEL) / trials)
 
 
+def test_one_noisy_point_does_not_lend_its_few_degrees_of_freedom_to_the_others():
+    """A point whose two runs are 3x apart is flagged noisy and compared on its own variance
+    (1 degree of freedom). The other points' comparisons rest on the pool (18 degrees of
+    freedom): a 25% gap between two tight points is told apart, as it is without the noisy
+    point. Taking the smallest degrees of freedom of every comparison for every critical
+    value (a t with 1 degree of freedom) tied the whole group."""
+    tight = {"best": exact(1000, 0.03, 4), "slower": exact(800, 0.03, 4)}
+    tight.update({f"p{i}": exact(700, 0.03, 4) for i in range(4)})
+    without = v.decide(tight, LEVEL, MARGIN)
+    with_noisy = v.decide({**tight, "noisy": [300.0, 900.0]}, LEVEL, MARGIN)
+    assert with_noisy.model["noisy"] == ["noisy"]
+    assert "slower" not in without.tie_set
+    assert "slower" not in with_noisy.tie_set
+    assert "noisy" in with_noisy.tie_set  # its own two runs cannot place it
+
+
+def test_the_best_is_in_the_tie_set_at_the_stated_rate_beside_a_noisy_point():
+    """The same least favourable configuration with a sixth point far noisier than the rest
+    (flagged, compared on its own variance): the union bound keeps the rate."""
+    rng = np.random.default_rng(2025)
+    missed = 0
+    trials = 300
+    for _ in range(trials):
+        points = {"best": drawn(1050, 0.05, 3, rng), "noisy": drawn(1000, 0.6, 3, rng)}
+        points.update({f"p{i}": drawn(1000, 0.05, 3, rng) for i in range(4)})
+        missed += "best" not in v.decide(points, LEVEL, MARGIN).tie_set
+    assert missed / trials <= LEVEL + 3 * math.sqrt(LEVEL * (1 - LEVEL) / trials)
+
+
 def test_an_excluded_point_is_never_faster_than_a_member_with_as_many_runs():
     """Coherence: a point outside the tie set has a lower estimate than every member whose
     comparisons are at least as precise (as many runs), here on race-like unbalanced runs."""
