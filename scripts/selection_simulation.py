@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/selection_simulation.py                    # every grid x CV, 200 each
     .venv/bin/python scripts/selection_simulation.py --sweeps 50 --cv 0.12 --grid gap5
+    .venv/bin/python scripts/selection_simulation.py --grid default-train --cv 0.12 \
+        --between-cv 0 0.03 0.06 --skip-old                             # reruns that drift
 
 Each simulated sweep draws every run of a point as ``median * exp(N(0, s))`` with
 ``s = sqrt(log(1 + cv^2))`` (log-normal run-to-run noise of coefficient of variation ``cv``, one
@@ -22,7 +24,16 @@ Figures per grid × CV × procedure: ``P(best)``, the share of sweeps whose pick
 ``P(sep)``, separated with a true best picked; ``P(>margin)``, the pick slower than the best by
 more than the margin, in all sweeps and (``claimed``) in sweeps whose verdict claimed it
 (separated or equivalent); the mean tie-set size and runs per sweep; device-seconds, runs times
-``--run-s`` (new) or ``--old-run-s`` (old): the measured seconds of one bench job of each.
+``--run-s`` (new) or ``--old-run-s`` (old): the measured seconds of one bench job of each;
+``agree``, over the pairs of consecutive sweeps (1 and 2, 3 and 4, ...) taken as two reruns of
+one sweep, the share in which each pick lies in the other's tie set (the stability benchmark's
+"agree").
+
+``--between-cv`` adds what one sweep cannot see: every point's throughput moved for the whole
+of a sweep by ``exp(N(0, s_b))`` (a machine state that lasts a sweep and slows one batch size
+more than another; ``s_b`` from the CV as above), drawn anew for each sweep. The figures still
+judge against the unmoved truth, so the column shows what such drift does to the picks and to
+the reruns' agreement while each sweep's own model sees only its run-to-run spread.
 
 Grids (``--grid``): ``default-infer`` and ``default-train``, the medians of the default sweep's
 8 points as measured on this machine before issue 23 (batch 32-256 × 0/2 workers, samples/s);
@@ -72,6 +83,13 @@ def key(p):
     return ("train", "m", None, p[0], 1, p[1], 1)
 
 
+def moved(truth: Mapping, between_cv: float, rng: np.random.Generator) -> dict:
+    """The throughputs one sweep sees: each point's moved for the sweep (``--between-cv``)."""
+    if between_cv <= 0:
+        return dict(truth)
+    return draw(truth, list(truth), between_cv, rng)
+
+
 def new_sweep(truth, cv, design, budget_s, run_s, rng) -> dict:
     runs = race.Runs()
     going = list(truth)
@@ -102,7 +120,7 @@ def new_sweep(truth, cv, design, budget_s, run_s, rng) -> dict:
     pick, _ = recommendation.choose(found, rows_of(truth))
     n = sum(len(v) for v in values.values())
     return {"pick": pick, "state": found.verdict, "tie": len(found.tie_set), "runs": n,
-            "detectable": found.detectable_diff_frac}  # fmt: skip
+            "detectable": found.detectable_diff_frac, "tie_set": set(found.tie_set)}  # fmt: skip
 
 
 def _holm_doubled(values: Mapping, level: float) -> tuple:
@@ -137,7 +155,7 @@ def old_sweep(truth, cv, level, rng) -> dict:
     pick = min(tie, key=lambda p: (rows[p]["peak_mem_mb"], p[1], -np.median(values[p])))
     state = "separated" if len(tie) == 1 else "tie"
     return {"pick": pick, "state": state, "tie": len(tie), "detectable": None,
-            "runs": sum(len(v) for v in values.values())}  # fmt: skip
+            "runs": sum(len(v) for v in values.values()), "tie_set": set(tie)}  # fmt: skip
 
 
 def summarize(found: list[dict], truth: Mapping, margin: float, run_s: float) -> dict:
@@ -155,6 +173,12 @@ def summarize(found: list[dict], truth: Mapping, margin: float, run_s: float) ->
         "runs": np.mean([f["runs"] for f in found]),
         "device_s": np.mean([f["runs"] for f in found]) * run_s,
         "det<=0.3": np.mean([(f["detectable"] or 9) <= 0.30 for f in found]),
+        "agree": np.mean(
+            [
+                a["pick"] in b["tie_set"] and b["pick"] in a["tie_set"]
+                for a, b in zip(found[::2], found[1::2], strict=False)
+            ]
+        ),  # fmt: skip
         "states": {s: sum(f["state"] == s for f in found) for s in {f["state"] for f in found}},
     }
 
@@ -169,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sweeps", type=int, default=200, help="simulated sweeps per grid and CV")
     p.add_argument("--cv", type=float, nargs="+", default=[0.02, 0.05, 0.12])
+    p.add_argument("--between-cv", type=float, nargs="+", default=[0.0],
+                   help="CV of a point's move that lasts one sweep (docstring)")  # fmt: skip
     p.add_argument("--grid", nargs="+", choices=sorted(GRIDS), default=sorted(GRIDS))
     p.add_argument("--run-s", type=float, default=3.3,
                    help="seconds of one bench job (new: a forked run's mean process_s in the"
@@ -184,25 +210,28 @@ def main(argv: list[str] | None = None) -> int:
     design, budget_s = design_of(args.config)
     print(f"new: {design}, budget_s={budget_s}, run_s={args.run_s}; old: {OLD_ROUNDS} rounds,"
           f" run_s={args.old_run_s}; {args.sweeps} sweeps each\n")  # fmt: skip
-    print("grid          cv    proc  P(best) P(sep) P(>margin) claimed  tie   runs  device_s"
-          " det<=.3  states")  # fmt: skip
+    print("grid          cv    between proc  P(best) P(sep) P(>margin) claimed  tie   runs"
+          "  device_s det<=.3 agree  states")  # fmt: skip
     for name in args.grid:
         truth = GRIDS[name]
         for cv in args.cv:
-            rng = np.random.default_rng([args.seed, int(cv * 1000), len(name)])
-            procs = [("new", args.run_s)] + ([] if args.skip_old else [("old", args.old_run_s)])
-            for proc, run_s in procs:
-                found = [
-                    new_sweep(truth, cv, design, budget_s, args.run_s, rng)
-                    if proc == "new"
-                    else old_sweep(truth, cv, design.level, rng)
-                    for _ in range(args.sweeps)
-                ]
-                s = summarize(found, truth, design.margin, run_s)
-                print(f"{name:13s} {cv:4.2f}  {proc:4s}  {s['P(best)']:6.2f} {s['P(sep)']:6.2f}"
-                      f" {s['P(>margin)']:9.2f} {s['claimed']:7.2f} {s['tie']:5.2f}"
-                      f" {s['runs']:6.1f} {s['device_s']:8.0f} {s['det<=0.3']:7.2f}  {s['states']}",
-                      flush=True)  # fmt: skip
+            for between in args.between_cv:
+                seed = [args.seed, int(cv * 1000), len(name), int(between * 1000)]
+                rng = np.random.default_rng(seed if between else seed[:3])
+                procs = [("new", args.run_s)] + ([] if args.skip_old else [("old", args.old_run_s)])
+                for proc, run_s in procs:
+                    found = [
+                        new_sweep(moved(truth, between, rng), cv, design, budget_s, args.run_s, rng)
+                        if proc == "new"
+                        else old_sweep(moved(truth, between, rng), cv, design.level, rng)
+                        for _ in range(args.sweeps)
+                    ]
+                    s = summarize(found, truth, design.margin, run_s)
+                    print(f"{name:13s} {cv:4.2f}  {between:4.2f}    {proc:4s}  {s['P(best)']:6.2f}"
+                          f" {s['P(sep)']:6.2f} {s['P(>margin)']:9.2f} {s['claimed']:7.2f}"
+                          f" {s['tie']:5.2f} {s['runs']:6.1f} {s['device_s']:8.0f}"
+                          f" {s['det<=0.3']:7.2f} {s['agree']:5.2f}  {s['states']}",
+                          flush=True)  # fmt: skip
     return 0
 
 

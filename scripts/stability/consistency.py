@@ -51,15 +51,16 @@ def fits_of(reruns: Sequence[RoundRuns]) -> dict[tuple, list[pooled.Fit | None]]
     return out
 
 
-def homogeneity(fits: Sequence[pooled.Fit | None]) -> dict[str, Any] | None:
+def homogeneity(fits: Sequence[pooled.Fit | None], leave_out: Any = None) -> dict[str, Any] | None:
     """Cochran's Q of the reruns' contrasts (module docstring), or None when fewer than two
-    reruns share two points with a variance each."""
+    reruns share two points with a variance each. ``leave_out``: a point whose contrasts are
+    left out (each fit stays as it is)."""
     from scipy import stats
 
     usable = [f for f in fits if f is not None and f.df > 0]
     if len(usable) < 2:
         return None
-    common = [k for k in usable[0].keys if all(k in f.keys for f in usable)]
+    common = [k for k in usable[0].keys if all(k in f.keys for f in usable) and k != leave_out]
     if len(common) < 2:
         return None
     contrasts, precisions = [], []
@@ -82,3 +83,21 @@ def homogeneity(fits: Sequence[pooled.Fit | None]) -> dict[str, Any] | None:
         "points": len(common),
         "reruns": len(usable),
     }
+
+
+def carrier(fits: Sequence[pooled.Fit | None]) -> dict[str, Any] | None:
+    """The point whose leaving out lowers the overdispersion most, and the figure without it
+    (:func:`homogeneity` with ``leave_out``): whether the reruns' disagreement is spread over
+    the group or sits in one point. None with fewer than three common points."""
+    whole = homogeneity(fits)
+    if whole is None:
+        return None
+    found = {}
+    for key in {k for f in fits if f is not None for k in f.keys}:
+        without = homogeneity(fits, leave_out=key)
+        if without is not None and without["points"] < whole["points"]:
+            found[key] = without
+    if not found:
+        return None
+    key = min(found, key=lambda k: (found[k]["overdispersion"], str(k)))
+    return {"point": key, **found[key]}

@@ -13,7 +13,7 @@ from sweeps import heading, load_config
 
 from batchscope.core import config as configuration
 from stability.answers import agreement, cv
-from stability.consistency import fits_of, homogeneity
+from stability.consistency import carrier, fits_of, homogeneity
 from stability.sweep import run_and_read
 from stability.text import (
     fmt_cv,
@@ -193,5 +193,18 @@ def print_consistency(sweeps: Sequence[dict]) -> list[dict]:
             f" overdispersion {found['overdispersion']:.2f} ({found['points']} points,"
             f" {found['reruns']} reruns)"
         )
-        out.append({"group": fmt_group(group), **found})
+        most = carrier(per_rerun)
+        if most is not None:
+            name = fmt_point((most["point"].batch_size, most["point"].num_workers))
+            print(
+                f"  most of it from {name}: without it Q {most['q']:.1f} on"
+                f" {most['df']} df, p {most['p']:.3f}, overdispersion {most['overdispersion']:.2f}"
+            )
+        out.append(
+            {
+                "group": fmt_group(group),
+                **found,
+                "carrier": None if most is None else {**most, "point": name},
+            }
+        )
     return out

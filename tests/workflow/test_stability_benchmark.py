@@ -169,6 +169,19 @@ def test_a_point_moved_in_one_rerun_is_overdispersion():
     assert found["overdispersion"] > 3 and found["p"] < 0.01
 
 
+def test_the_point_that_moved_carries_the_overdispersion():
+    """Left out, the point that moved in one rerun takes the overdispersion with it; the
+    carrier is that point, not one of those that kept their ratios."""
+    from batchscope.core import grid
+
+    moved = [(1.0, 0.9, 0.8, 0.5), (1.0, 0.9, 0.8, 0.65), (1.0, 0.9, 0.8, 0.5)]
+    (fits,) = consistency.fits_of(_reruns(moved)).values()
+    most = consistency.carrier(fits)
+    assert most["point"] == grid.GridPoint("infer", "small_cnn", None, 64, 1, 0, 1)
+    assert most["points"] == 3 and most["df"] == 4
+    assert most["overdispersion"] < 2.5 < consistency.homogeneity(fits)["overdispersion"]
+
+
 def test_one_rerun_has_nothing_to_compare_with():
     (fits,) = consistency.fits_of(_reruns([(1.0, 0.9, 0.8, 0.5)])).values()
     assert consistency.homogeneity(fits) is None
