@@ -123,6 +123,47 @@ def test_the_bench_rule_forks_each_round_from_its_own_interpreter():
     assert "--fork-group round{wildcards.round}" in bench
 
 
+def test_an_idle_interpreter_ends_without_the_interpreters_teardown(
+    folder, tmp_path, tmp_path_factory
+):
+    """A warm interpreter ends on its idle timeout while the next round's runs measure; with
+    torch loaded the interpreter's teardown (atexit, module clean-up) costs about 1.5
+    CPU-seconds, which those runs would pay. A sitecustomize registers an atexit hook in it:
+    the hook must not run, and the interpreter must still have ended (its socket gone)."""
+    hooks = tmp_path / "site"
+    hooks.mkdir()
+    marker = tmp_path / "teardown-ran"
+    (hooks / "sitecustomize.py").write_text(
+        "import atexit, sys\n"
+        "def hook():\n"  # by exit time, `-m` has put the module's file in sys.argv[0]
+        "    if sys.argv[0].endswith('warm.py'):\n"
+        f"        open({str(marker)!r}, 'w').close()\n"
+        "atexit.register(hook)\n"
+    )
+    runtime = tmp_path_factory.mktemp("idle")  # a short path: a socket's is limited
+    path = os.pathsep.join([str(hooks), *filter(None, [os.environ.get("PYTHONPATH")])])
+    done = client(folder, runtime, "exit", "0", PYTHONPATH=path, **{launch.IDLE_ENV: "1"})
+    assert done.wait(120) == 0
+    parent = seen(folder)["ppid"]
+    assert ended(parent, timeout_s=60)
+    assert not list(runtime.rglob("*.sock"))
+    assert not marker.exists()
+
+
+def ended(pid: int, timeout_s: float) -> bool:
+    """Gone, or a zombie: it has run its last instruction (who reaps it is not its doing)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_kill_9_of_the_client_takes_the_job_with_it(folder, runtime):
     running = client(folder, runtime, "sleep", "0")
     job = seen(folder)["pid"]
