@@ -214,9 +214,9 @@ class Design:
 
     level: float
     margin: float
-    strategy: str = "race"
-    first_look: int = 2
-    max_rounds: int = 8
+    strategy: str
+    first_look: int
+    max_rounds: int
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Design:
