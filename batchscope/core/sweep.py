@@ -104,7 +104,14 @@ def profile_settings(path: Path = PROFILE) -> dict[str, Any]:
     """The default profile's settings, as the API's keyword values; a key this function does
     not know is an error, so that the API's run never silently differs from the command's."""
     profile = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    known = {"resources", "rerun-incomplete", "keep-going", "printshellcmds", "show-failed-logs"}
+    known = {
+        "resources",
+        "rerun-incomplete",
+        "keep-going",
+        "printshellcmds",
+        "show-failed-logs",
+        "force-use-threads",
+    }
     unknown = sorted(set(profile) - known)
     if unknown:
         raise SweepArgumentError(f"{path}: setting {unknown[0]!r} is not passed to the API")
@@ -118,6 +125,7 @@ def profile_settings(path: Path = PROFILE) -> dict[str, Any]:
         "keep_going": bool(profile.get("keep-going")),
         "printshellcmds": bool(profile.get("printshellcmds")),
         "show_failed_logs": bool(profile.get("show-failed-logs")),
+        "use_threads": bool(profile.get("force-use-threads")),
     }
 
 
@@ -153,7 +161,9 @@ def run(configfile: Path, directory: Path, cores: int, *, dry_run: bool = False)
                 executor="local",
                 pseudo_executor="dryrun" if dry_run else None,
                 execution_settings=ExecutionSettings(
-                    keep_going=profile["keep_going"], standalone=True
+                    keep_going=profile["keep_going"],
+                    use_threads=profile["use_threads"],
+                    standalone=True,
                 ),
             )
         except Exception as exc:  # noqa: BLE001 - Snakemake's own report, as its command's
