@@ -31,8 +31,9 @@ BASE_CONFIG = {
     "num_workers": [0],
     "seeds": [0],
     "device": "cpu",
-    # step-based windows: unit tests measure a handful of steps, not seconds
-    "measure": {"warmup_steps": 2, "ceiling": False, "min_seconds": 0},
+    # step-based windows of 5 steps (the schema's default is 2): unit tests measure a handful
+    # of steps, not seconds, and count them
+    "measure": {"warmup_steps": 2, "ceiling": False, "min_seconds": 0, "min_steps": 5},
 }
 
 
