@@ -100,33 +100,29 @@ def config_text(config: Mapping[str, Any], command: str) -> str:
     return head + yaml.safe_dump(dict(config), sort_keys=False)
 
 
+#: The default profile's on/off settings, by the keyword the API's settings take them as.
+PROFILE_FLAGS = {
+    "rerun-incomplete": "rerun_incomplete",
+    "keep-going": "keep_going",
+    "printshellcmds": "printshellcmds",
+    "show-failed-logs": "show_failed_logs",
+    "force-use-threads": "use_threads",
+}
+
+
 def profile_settings(path: Path = PROFILE) -> dict[str, Any]:
     """The default profile's settings, as the API's keyword values; a key this function does
     not know is an error, so that the API's run never silently differs from the command's."""
     profile = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    known = {
-        "resources",
-        "rerun-incomplete",
-        "keep-going",
-        "printshellcmds",
-        "show-failed-logs",
-        "force-use-threads",
-    }
-    unknown = sorted(set(profile) - known)
+    unknown = sorted(set(profile) - {"resources", *PROFILE_FLAGS})
     if unknown:
         raise SweepArgumentError(f"{path}: setting {unknown[0]!r} is not passed to the API")
     resources = {}
     for item in profile.get("resources", []):
         name, _, value = item.partition("=")
         resources[name] = int(value)
-    return {
-        "resources": resources,
-        "rerun_incomplete": bool(profile.get("rerun-incomplete")),
-        "keep_going": bool(profile.get("keep-going")),
-        "printshellcmds": bool(profile.get("printshellcmds")),
-        "show_failed_logs": bool(profile.get("show-failed-logs")),
-        "use_threads": bool(profile.get("force-use-threads")),
-    }
+    flags = {keyword: bool(profile.get(key)) for key, keyword in PROFILE_FLAGS.items()}
+    return {"resources": resources, **flags}
 
 
 def run(configfile: Path, directory: Path, cores: int, *, dry_run: bool = False) -> bool:
