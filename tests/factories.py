@@ -78,10 +78,11 @@ def make_spec(
     devices: int = 1,
     sequence_length: int | None = None,
     round: int = 1,
+    short: bool = False,
     **config_changes: Any,
 ) -> spec_module.RunSpec:
     """The run spec of one grid point of ``sweep_config(**config_changes)``; token data takes
-    ``sequence_length``, by default its config's first."""
+    ``sequence_length``, by default its config's first; ``short``: train.predict's short run."""
     config = sweep_config(**config_changes)
     if sequence_length is None and config["dataset"]["name"] in ("tokens", "text"):
         sequence_length = config["sequence_lengths"][0]
@@ -97,6 +98,7 @@ def make_spec(
         seed=seed,
         devices=devices,
         round=round,
+        short=short,
     )
 
 

@@ -425,8 +425,10 @@ def build(
     A ``ceiling`` run computes on synthetic tensors of the data's shape with no workers, no
     validation and none of the convergence machinery; a ``trial`` (``batch_sizes: auto``) is
     the sweep's own workload, which the largest-batch search shortens per trial. A ``short``
-    training run (``train.predict``) trains ``train.predict_steps`` updates with no validation
-    until the one after training: it measures the throughput and the noise scale early on.
+    training run (``train.predict``) trains at most ``train.predict_steps`` updates: under the
+    ``noise_scale`` calibration all of them, with no validation until the one after training,
+    measuring the throughput and the noise scale early on; under the others it measures the
+    throughput only (``SHORT_THROUGHPUT_OFF``) and ends once its windows are full.
     Token data needs its ``sequence_length`` (one of ``sequence_lengths``); images take None.
     """
     tokens = datasets.is_tokens(config["dataset"]["name"])
@@ -444,10 +446,18 @@ def build(
         if kind == "ceiling":
             train = replace(train, **CEILING_TRAIN_OFF)
     max_steps = config[mode]["max_steps"]
+    measure = _section(MeasureSpec, config["measure"])
     if short and train is not None:
-        train = replace(train, eval_every_samples=None, stop_at_target=False)
+        # here, not at the top: the benchmark process reads specs and needs no scipy
+        from batchscope.core import prediction
+
         steps = config["train"]["predict_steps"]
         max_steps = steps if max_steps is None else min(max_steps, steps)
+        if prediction.short_runs_measure_noise(config["train"]["predict_calibration"]):
+            train = replace(train, eval_every_samples=None, stop_at_target=False)
+        else:
+            train = replace(train, **SHORT_THROUGHPUT_OFF)
+            measure = replace(measure, diagnostic_steps=0)
     return RunSpec(
         kind=kind,
         mode=mode,
@@ -465,11 +475,26 @@ def build(
         max_steps=max_steps,
         cpu_memory_budget_mb=None if kind == "ceiling" else config["cpu_memory_budget_mb"],
         dataset=synthetic_twin(config, mode) if kind == "ceiling" else dataset_spec(config),
-        measure=_section(MeasureSpec, config["measure"]),
+        measure=measure,
         compute=_section(ComputeSpec, config["compute"]),
         loader=_section(LoaderSpec, config["loader"]),
         train=train,
     )
+
+
+#: What a short run of train.predict leaves out when it measures the throughput only (every
+#: calibration but noise_scale, whose short runs measure the noise scale early in training):
+#: no target, no validation, no noise scale, so it ends once its windows are full, or at
+#: predict_steps updates if that comes first (``RunSpec.throughput_run``).
+SHORT_THROUGHPUT_OFF = {
+    "eval_every_samples": None,
+    "target_accuracy": None,
+    "target_loss": None,
+    "noise_scale_every_steps": None,
+    "eval_samples": None,
+    "stop_at_target": False,
+    "validate": False,
+}
 
 
 #: What a ceiling run leaves out of training: it measures the model's compute alone.
