@@ -301,14 +301,14 @@ def _check_train(train: Mapping[str, Any], warmup: int) -> None:
             f"config key train.predict_steps: {train['predict_steps']} leaves no step "
             f"to measure after measure.warmup_steps={warmup}"
         )
-    if (
-        train["predict"]
-        and train["predict_calibration"] == "noise_scale"
-        and train.get("noise_scale_every_steps") is None
-    ):
+    from batchscope.core.prediction import NOISE_FROM  # numpy and scipy: only when checked
+
+    strategy = train["predict_calibration"]
+    if train["predict"] and strategy in NOISE_FROM and train.get("noise_scale_every_steps") is None:
+        runs = "short runs'" if NOISE_FROM[strategy] == "early" else "calibration runs'"
         raise ConfigError(
-            "config key train.predict_calibration: noise_scale takes B_noise from the short "
-            "runs' noise scale: set train.noise_scale_every_steps (or use corner)"
+            f"config key train.predict_calibration: {strategy} takes B_noise from the {runs} "
+            "noise scale: set train.noise_scale_every_steps (or use corner)"
         )
     if train["validate"] is False:
         for key in ("target_accuracy", "target_loss", "eval_every_samples"):

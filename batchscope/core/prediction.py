@@ -3,48 +3,53 @@ a full-length run at one batch size (or two).
 
 McCandlish et al. 2018 model the steps to a target as S(B) = S_min (1 + B_noise/B), that is
 S = S_min + E_min/B with E_min = S_min·B_noise: a straight line in 1/B with two unknowns. Every
-batch size gets a short run, which measures its throughput (samples_per_s) and the gradient
-noise scale B_simple early in training. ``train.predict_calibration`` says how the two unknowns
-are pinned (``calibration_sizes``) and with which shape (``SHAPES``):
+other batch size gets a short run, which measures its throughput (samples_per_s), and under
+``noise_scale`` the gradient noise scale B_simple early in training. ``train.predict_calibration``
+says how the two unknowns are pinned (``calibration_sizes``) and with which shape (``SHAPES``):
 
-- ``noise_scale``: B_noise is the short runs' pooled B_simple (Pollux's estimate of it), so ONE
-  full-length run size pins S_min = S(B_c)/(1 + B_noise/B_c). B_c is the grid's geometric
-  middle (the size nearest √(smallest·largest)), which halves the extrapolation on either side
-  in log terms; one size is the fewest that can pin S_min, since no short run reaches the target.
-- ``corner`` (the default): full-length runs at the two sizes nearest the quartiles of the
-  grid's log range fit S(B) = S_min max(1, B_noise/B), the sharp limit of the same trade-off:
-  perfect scaling up to the critical batch B_noise, no gain beyond. With the learning rate
-  scaled linearly with the batch, the steps on ``config/convergence.yaml`` follow that corner
-  (the samples to the target equal from 16 to 128, then the steps flat), which the smooth curve
-  through any two sizes misses by up to 56% where it bends. Interior sizes cost less than the
-  ends (the smallest takes the most updates, the largest the most samples) and leave each end
-  one grid step (2×) outside the calibrated range.
+- ``late_noise`` (the default): ONE batch size, the one nearest the third quartile of the grid's
+  log range, runs to the target, and B_noise is the B_simple its runs measure in their last
+  third (near the target, where the noise scale stands for the critical batch; it grows during
+  training, so an early reading is too small). The curve is the corner through that point:
+  S_min = S(B_c)/max(1, B_noise/B_c). The upper size sits near or beyond the corner, where its
+  steps are S_min itself, and B_simple's estimator (|G|² as the difference of two batch sizes'
+  squared gradient norms) is least noisy at larger batches.
+- ``noise_scale``: B_noise is the short runs' pooled B_simple early in training (Pollux's
+  estimate of it), so ONE full-length run size pins S_min = S(B_c)/(1 + B_noise/B_c). B_c is
+  the grid's geometric middle (the size nearest √(smallest·largest)), which halves the
+  extrapolation on either side in log terms.
+- ``corner``: full-length runs at the two sizes nearest the quartiles of the grid's log range
+  fit S(B) = S_min max(1, B_noise/B), the sharp limit of the same trade-off: perfect scaling up
+  to the critical batch B_noise, no gain beyond. With the learning rate scaled linearly with the
+  batch, the steps on ``config/convergence.yaml`` follow that corner (the samples to the target
+  about equal from 16 to 128, then the steps flat), which the smooth curve through any two
+  sizes misses where it bends.
 - ``two_point``: full-length runs at the smallest and the largest size fit the line by least
   squares, the widest lever arm on the slope, so every other size is an interpolation. It does
-  not trust B_simple (which is known to grow during training), at the price of two full-length
-  sizes, one of them the slowest to reach the target.
+  not trust B_simple, at the price of two full-length sizes, one of them the slowest to reach
+  the target.
 
 Then, per batch size B (the effective batch: micro-batch × accumulation, the samples per update),
 the time to the target is two factors, each from its own evidence:
 
     steps(B)    = S_min (1 + B_noise/B)            the convergence fit, over seeds
+                  (or S_min max(1, B_noise/B))
     update_s(B) = B / samples_per_s(B)              the throughput runs, pooled
     seconds(B)  = steps(B) · update_s(B)
 
-The steps' interval is a bootstrap: each calibration size's seeds and (``noise_scale``) the noise
-measurements are resampled with replacement and the curve refit. The time per update comes from
-the pooled model of log throughput that the throughput verdict uses (``core.pooled``: one
-run-to-run variance over the batch sizes' runs, a noisy batch size on its own), so the machine's
-noise is stated once: samples_per_s(B) is exp of its estimate (the geometric mean of its runs),
-and each resample draws the batch sizes' log throughputs from that model's posterior (Student t:
-a shared variance from its chi-square, a normal per batch size). Seconds multiply the two
-factors' draws, so their interval carries both.
+The steps' interval is a bootstrap: each calibration size's seeds and (one calibration size) the
+noise measurements, summed per run, are resampled with replacement and the curve refit. The
+time per update comes from the pooled model of log throughput that the throughput verdict
+uses (``core.pooled``: one run-to-run variance over the batch sizes' runs, a noisy batch size
+on its own), so the machine's noise is stated once: samples_per_s(B) is exp of its estimate
+(the geometric mean of its runs), and each resample draws the batch sizes' log throughputs
+from that model's posterior (Student t: a shared variance from its chi-square, a normal per
+batch size). Seconds multiply the two factors' draws, so their interval carries both.
 
-The cross-check of ``two_point`` is Pollux's statistical efficiency (Qiao et al. 2021) relative
-to a base batch B0, E(B) = (B_noise + B0)/(B_noise + B), with B_noise read from the short runs'
-B_simple instead of the fit; ``cross_check`` says in one line whether the two agree. Under
-``noise_scale`` the prediction *is* that curve, so the check is the drift flag (B_simple early
-vs late in the calibration run) and, where it matters, a ``two_point`` run.
+``cross_check`` says in one line where B_noise came from, or, under the two fits, whether it
+agrees with the calibration runs' B_simple near the target. Pollux's statistical efficiency
+(Qiao et al. 2021) relative to a base batch B0, E(B) = (B_noise + B0)/(B_noise + B), with
+B_noise read from the early B_simple, gives prediction.csv's ``pollux_steps_to_target``.
 
 Plain NumPy: no torch, no pandas.
 """
@@ -53,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -67,9 +72,24 @@ BOOTSTRAP_SEED = 0
 EXTRAPOLATION_FACTOR = 2.0
 
 #: train.predict_calibration's values (the schema holds the default).
-STRATEGIES = ("noise_scale", "two_point", "corner")
+STRATEGIES = ("noise_scale", "two_point", "corner", "late_noise")
 #: The shape of S(B) each strategy fits (``Line.shape``).
-SHAPES = {"noise_scale": "hyperbola", "two_point": "hyperbola", "corner": "corner"}
+SHAPES = {
+    "noise_scale": "hyperbola",
+    "two_point": "hyperbola",
+    "corner": "corner",
+    "late_noise": "corner",
+}
+#: The strategies that pin the curve on one batch size with B_noise from measured noise, and
+#: which measurements: ``early``, every run's first predict_steps updates (the short runs');
+#: ``late``, the calibration runs' last third before the target.
+NOISE_FROM = {"noise_scale": "early", "late_noise": "late"}
+
+
+def short_runs_measure_noise(strategy: str) -> bool:
+    """Whether the short runs must train their predict_steps updates with the noise scale
+    measured (B_noise comes from them); otherwise they measure the throughput only."""
+    return NOISE_FROM.get(strategy) == "early"
 
 
 class PredictionError(ValueError):
@@ -78,10 +98,11 @@ class PredictionError(ValueError):
 
 def calibration_sizes(batch_sizes: Sequence[int], strategy: str) -> tuple[int, ...]:
     """The batch sizes that get full-length runs under ``strategy``: ``corner``, the two nearest
-    the log range's quartiles (``_quartile_sizes``); ``two_point``, the smallest
-    and the largest; ``noise_scale``, the one nearest the geometric middle √(smallest·largest)
-    (in log distance; on a tie the larger, which needs fewer updates). A grid of one size
-    calibrates on it."""
+    the log range's quartiles (``_quartile_sizes``); ``two_point``, the smallest and the
+    largest; ``late_noise``, the one nearest the third quartile of the log range (128 on
+    16-256); ``noise_scale``, the one nearest the geometric middle √(smallest·largest) (in log
+    distance; on a tie the larger, which needs fewer updates). A grid of one size calibrates on
+    it."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown calibration strategy {strategy!r}")
     sizes = sorted({int(b) for b in batch_sizes})
@@ -91,21 +112,24 @@ def calibration_sizes(batch_sizes: Sequence[int], strategy: str) -> tuple[int, .
         return (sizes[0], sizes[-1])
     if strategy == "corner":
         return _quartile_sizes(sizes)
+    if strategy == "late_noise":
+        return (_nearest_log_quantile(sizes, 0.75),)
     middle = math.sqrt(sizes[0] * sizes[-1])
     return (min(sizes, key=lambda b: (abs(math.log(b / middle)), -b)),)
+
+
+def _nearest_log_quantile(sizes: list[int], q: float) -> int:
+    """The size nearest the ``q`` quantile of the grid's log range, ties towards the middle."""
+    lo, hi = math.log(sizes[0]), math.log(sizes[-1])
+    mid, target = (lo + hi) / 2, lo + q * (hi - lo)
+    return min(sizes, key=lambda b: (abs(math.log(b) - target), abs(math.log(b) - mid)))
 
 
 def _quartile_sizes(sizes: list[int]) -> tuple[int, ...]:
     """``corner``'s two sizes: those nearest the first and third quartiles of the grid's log
     range (on 16-256: 32 and 128), ties towards the middle; the smallest and the largest when
     those coincide (a grid of two or three sizes)."""
-    lo, hi = math.log(sizes[0]), math.log(sizes[-1])
-    mid = (lo + hi) / 2
-
-    def nearest(q: float) -> int:
-        return min(sizes, key=lambda b: (abs(math.log(b) - q), abs(math.log(b) - mid)))
-
-    low, high = nearest(lo + (hi - lo) / 4), nearest(lo + 3 * (hi - lo) / 4)
+    low, high = _nearest_log_quantile(sizes, 0.25), _nearest_log_quantile(sizes, 0.75)
     return (low, high) if low != high else (sizes[0], sizes[-1])
 
 
@@ -179,13 +203,15 @@ def fit_corner(batch_sizes: Sequence[float], steps: Sequence[float]) -> Line:
     return Line(s_min=s_min, b_noise=e_min / s_min, shape="corner")
 
 
-def pin_line(batch: float, steps: float, b_noise: float) -> Line:
-    """The curve with a known B_noise through one point: S_min = S(B_c)/(1 + B_noise/B_c)."""
+def pin_line(batch: float, steps: float, b_noise: float, shape: str = "hyperbola") -> Line:
+    """The curve of ``shape`` with a known B_noise through one point: S_min = S(B_c)/(1 +
+    B_noise/B_c), or S(B_c)/max(1, B_noise/B_c) for the corner."""
     if not (batch > 0 and math.isfinite(steps) and steps > 0):
         raise PredictionError("the calibration needs positive, finite steps to the target")
     if not (math.isfinite(b_noise) and b_noise >= 0):
-        raise PredictionError(f"the short runs' B_simple ({b_noise:.3g}) is not a noise scale")
-    return Line(s_min=steps / (1.0 + b_noise / batch), b_noise=float(b_noise))
+        raise PredictionError(f"the measured B_simple ({b_noise:.3g}) is not a noise scale")
+    line = Line(s_min=1.0, b_noise=float(b_noise), shape=shape)
+    return replace(line, s_min=steps / float(line.steps(batch)))
 
 
 def _interval(values: np.ndarray) -> tuple[float, float] | None:
@@ -276,7 +302,8 @@ def _calibrate(
 
     else:
         g2, trace = _noise_arrays(noise)
-        line = pin_line(cal[0], float(cal_values[0].mean()), float(trace.sum() / g2.sum()))
+        b_noise = float(trace.sum() / g2.sum())
+        line = pin_line(cal[0], float(cal_values[0].mean()), b_noise, shape)
         resampled = len(cal_values[0]) > 1 or len(g2) > 1
         steps = _resampled_means(cal_values, resamples, rng)[:, 0]
         idx = rng.integers(0, len(g2), size=(resamples, len(g2)))
@@ -284,7 +311,7 @@ def _calibrate(
         b_simple = np.where(g_sum > 0, t_sum / np.where(g_sum > 0, g_sum, 1.0), np.nan)
 
         def fit(r: int) -> Line:
-            return pin_line(cal[0], steps[r], b_simple[r])
+            return pin_line(cal[0], steps[r], b_simple[r], shape)
 
     failed = 0
     for r in range(resamples if resampled else 0):
@@ -303,14 +330,14 @@ def _noise_arrays(
     """The finite (|G|², tr Σ) measurements; PredictionError when they give no B_simple."""
     if noise is None:
         raise PredictionError(
-            "one calibration batch size needs the short runs' noise scale, and none was given"
+            "one calibration batch size needs a measured noise scale, and none was given"
         )
     g2, trace = (np.asarray(a, dtype=float) for a in noise)
     keep = np.isfinite(g2) & np.isfinite(trace)
     g2, trace = g2[keep], trace[keep]
     if len(g2) == 0 or g2.sum() <= 0:
         raise PredictionError(
-            "the short runs measured no usable noise scale (none, or noise swamps |G|^2): "
+            "the runs measured no usable noise scale (none, or noise swamps |G|^2): "
             "set train.noise_scale_every_steps, or train.predict_calibration: corner"
         )
     return g2, trace
@@ -514,23 +541,30 @@ def overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> boo
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def cross_check(prediction: Prediction, early: NoiseEstimate | None) -> str:
-    """One line: does the fit's B_noise agree with the short runs' B_simple? (Under the
-    noise-scale calibration B_noise is B_simple, so there is nothing to compare.)"""
+def cross_check(prediction: Prediction, strategy: str, measured: NoiseEstimate | None) -> str:
+    """One line on B_noise. Under ``noise_scale`` and ``late_noise`` it *is* the measured
+    B_simple (early, or near the target), said with where it came from; under the fits it is
+    compared with ``measured``, the calibration runs' B_simple near the target (their last
+    third), where B_simple is meant to stand for the critical batch."""
     fit = prediction.line.b_noise
-    if len(prediction.calibration) == 1:
-        return (
-            f"B_noise is the short runs' B_simple {fit:.3g} {_text(prediction.b_noise_interval)}"
-            " (noise_scale calibration; train.predict_calibration: two_point fits it from the "
-            "steps instead)."
+    source = NOISE_FROM.get(strategy)
+    if source is not None:
+        where = (
+            "the short runs' B_simple early in training"
+            if source == "early"
+            else "the calibration runs' B_simple near the target (their last third)"
         )
-    if early is None:
-        return "Cross-check: no noise scale measured in the short runs."
+        return (
+            f"B_noise is {where}: {fit:.3g} {_text(prediction.b_noise_interval)} ({strategy} "
+            "calibration; corner or two_point fit it from the steps instead)."
+        )
+    if measured is None:
+        return "Cross-check: no noise scale measured near the target."
     text = (
         f"Cross-check: fitted B_noise {fit:.3g} {_text(prediction.b_noise_interval)} vs "
-        f"B_simple from the short runs {early.value:.3g} {_text(early.interval)}"
+        f"B_simple near the target {measured.value:.3g} {_text(measured.interval)}"
     )
-    agree = overlap(prediction.b_noise_interval, early.interval)
+    agree = overlap(prediction.b_noise_interval, measured.interval)
     if agree is False:
         return text + ": they disagree (intervals do not overlap); trust neither blindly."
     if agree is None:

@@ -104,13 +104,18 @@ def test_predict_needs_a_target_and_a_short_run_longer_than_the_warmup():
         check(config, SCHEMA)
     assert str(info.value).startswith("config key train.predict: needs train.target_accuracy")
     config["train"]["target_loss"] = 0.5
-    check(config, SCHEMA)  # the default calibration (corner) needs no noise scale
-    # noise_scale takes B_noise from the short runs' noise scale
-    config["train"]["predict_calibration"] = "noise_scale"
-    with pytest.raises(ConfigError) as info:
+    # the default calibration (late_noise) takes B_noise from the calibration runs' noise
+    # scale, noise_scale from the short runs'; the fits need none
+    for strategy in ("late_noise", "noise_scale"):
+        config["train"]["predict_calibration"] = strategy
+        with pytest.raises(ConfigError) as info:
+            check(config, SCHEMA)
+        assert str(info.value).startswith(f"config key train.predict_calibration: {strategy} ta")
+    del config["train"]["predict_calibration"]
+    with pytest.raises(ConfigError, match="late_noise takes B_noise from the calibration runs'"):
         check(config, SCHEMA)
-    assert str(info.value).startswith("config key train.predict_calibration: noise_scale takes")
-    check(dict(config, train={**config["train"], "predict_calibration": "two_point"}), SCHEMA)
+    for strategy in ("corner", "two_point"):
+        check(dict(config, train={**config["train"], "predict_calibration": strategy}), SCHEMA)
     config["train"]["noise_scale_every_steps"] = 3
     check(config, SCHEMA)  # with a target and a noise scale it is fine
     config["train"]["predict_steps"] = 3  # the default measure.warmup_steps is 5

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from batchscope.core import prediction as p
+from tests.factories import make_spec
 
 
 def synthetic_steps(s_min, b_noise, batch, seeds, rng, spread=0.05):
@@ -146,9 +147,38 @@ def test_cross_check_says_when_the_noise_scale_disagrees():
     far = p.NoiseEstimate(
         value=got.line.b_noise * 50, interval=(got.line.b_noise * 40, got.line.b_noise * 60), n=9
     )
-    assert "disagree" in p.cross_check(got, far)
+    assert "disagree" in p.cross_check(got, "two_point", far)
     near = p.NoiseEstimate(value=got.line.b_noise, interval=got.b_noise_interval, n=9)
-    assert "consistent" in p.cross_check(got, near)
+    assert "consistent" in p.cross_check(got, "two_point", near)
+    assert "no noise scale" in p.cross_check(got, "corner", None)
+
+
+def test_late_noise_pins_a_corner_through_its_one_size():
+    grid = [16, 32, 64, 128, 256]
+    # the third quartile of the log range: near or above the corner, where B_simple is measured
+    # best; on three sizes the middle one (64 and 256 tie at 128, towards the middle)
+    assert p.calibration_sizes(grid, "late_noise") == (128,)
+    assert p.calibration_sizes([16, 64, 256], "late_noise") == (64,)
+    speeds = {b: [1.0] for b in grid}
+    # below the critical batch: the calibration size scales perfectly, E = 140 * 64 samples
+    got = p.predict({64: [140.0]}, speeds, noise=([1.0, 1.0], [128.0, 128.0]), shape="corner")
+    assert got.line.b_noise == pytest.approx(128.0)
+    assert got.line.s_min == pytest.approx(140.0 * 64 / 128)
+    assert got.at(16).steps == pytest.approx(140.0 * 4)
+    assert got.at(256).steps == got.at(128).steps == pytest.approx(70.0)
+    # above it: the calibration size's steps are S_min, and smaller sizes scale from B_noise
+    got = p.predict({64: [50.0]}, speeds, noise=([1.0], [32.0]), shape="corner")
+    assert got.line.s_min == pytest.approx(50.0)
+    assert got.at(256).steps == pytest.approx(50.0)
+    assert got.at(16).steps == pytest.approx(50.0 * 32 / 16)
+    assert "near the target" in p.cross_check(got, "late_noise", None)
+    assert "early in training" in p.cross_check(got, "noise_scale", None)
+
+
+def test_only_noise_scale_needs_its_short_runs_to_measure_noise():
+    assert p.short_runs_measure_noise("noise_scale")
+    for strategy in ("corner", "two_point", "late_noise"):
+        assert not p.short_runs_measure_noise(strategy)
 
 
 def test_flags():
@@ -205,3 +235,22 @@ def test_corner_without_a_corner_in_range_extrapolates_perfect_scaling():
     assert line.steps(32) == pytest.approx(400.0) and line.steps(256) == pytest.approx(100.0)
     with pytest.raises(p.PredictionError, match="more steps"):
         p.fit_corner([32, 128], [100.0, 120.0])
+
+
+@pytest.mark.parametrize("strategy", ["corner", "late_noise", "noise_scale"])
+def test_a_short_run_measures_the_throughput_only_unless_its_noise_scale_is_used(strategy):
+    train = {
+        "target_accuracy": 0.8, "eval_every_samples": 64, "stop_at_target": True, "predict": True,
+        "predict_steps": 40, "predict_calibration": strategy, "noise_scale_every_steps": 3,
+    }  # fmt: skip
+    full = make_spec(modes=["train"], train=train, measure={"diagnostic_steps": 4})
+    short = make_spec(modes=["train"], train=train, measure={"diagnostic_steps": 4}, short=True)
+    assert not full.throughput_run and full.train.validate and full.max_steps is None
+    assert short.max_steps == 40
+    if strategy == "noise_scale":  # its updates measure the noise scale that pins B_noise
+        assert short.train.noise_scale_every_steps == 3 and not short.throughput_run
+        assert short.train.eval_every_samples is None and not short.train.stop_at_target
+    else:  # ends once its windows are full: no target, validation, noise scale or diagnostics
+        assert short.throughput_run and not short.train.validate
+        assert short.train.noise_scale_every_steps is None
+        assert short.measure.diagnostic_steps == 0 and full.measure.diagnostic_steps == 4

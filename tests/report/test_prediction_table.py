@@ -108,7 +108,26 @@ def test_noise_scale_calibration_without_noise_measurements_is_one_line():
     table = predict_frame(_noise_sweep(), None, **NOISE_SCALE)
     assert table["predicted_steps_to_target"].isna().all()
     assert (
-        table["note"]
-        .iloc[0]
-        .startswith("no prediction: the short runs measured no usable noise scale")
+        table["note"].iloc[0].startswith("no prediction: the runs measured no usable noise scale")
     )
+
+
+def test_late_noise_takes_b_noise_near_the_target_not_early():
+    sweep = _noise_sweep()
+    full = sweep[sweep["batch_size"] == 64]
+    early = _noise_curves(sweep, 24.0)  # every run's first 6 updates: B_simple 24
+    # the calibration runs near the target (their last third, steps 120-150): B_simple 128
+    late = _noise_curves(full, 128.0, steps=150)
+    late = late[late["step"] > 120]
+    table = predict_frame(
+        sweep, pd.concat([early, late]), predict_steps=6, calibration="late_noise"
+    ).set_index("effective_batch_size")
+    assert table["calibration"].tolist() == [False, False, True, False]
+    assert table["b_noise"].iloc[0] == pytest.approx(128.0)
+    assert table["b_simple_early"].iloc[0] == pytest.approx(24.0)
+    # the corner through 64 (below the critical batch: perfect scaling, 155 x 64 samples)
+    assert table["s_min"].iloc[0] == pytest.approx(155.0 * 64 / 128)
+    assert table.loc[16, "predicted_steps_to_target"] == pytest.approx(155.0 * 4)
+    assert table.loc[256, "predicted_steps_to_target"] == pytest.approx(155.0 / 2)
+    assert "near the target" in table["note"].iloc[0]
+    assert "noise scale drifts" in table.loc[16, "flags"]

@@ -6,15 +6,16 @@ The math is ``batchscope.core.prediction``; this module reads the sweep's ``summ
 size, see docs/results.md) and ``convergence_prediction.png``. Per mode × model (training runs
 of one DataLoader worker count):
 
-- calibration: ``core.calibration_sizes`` (the geometric middle under ``noise_scale``, the
-  smallest and the largest under ``two_point``, the log range's quartiles under ``corner``);
-  every seed there must have reached the target,
-  else the prediction is one line saying so (``note``), never a guess;
+- calibration: ``core.calibration_sizes`` (the geometric middle under ``noise_scale`` and
+  ``late_noise``, the smallest and the largest under ``two_point``, the log range's quartiles
+  under ``corner``); every seed there must have reached the target, else the prediction is one
+  line saying so (``note``), never a guess;
 - samples_per_s: each batch size's ok runs (short or full) in the pooled model of log
   throughput (its geometric mean), which gives the time per update and its interval;
 - B_simple early: the noise measurements of every run up to ``predict_steps`` updates, pooled
   (under ``noise_scale`` it is B_noise); late: those of the calibration runs in the last third
-  of their steps (the drift flag);
+  of their steps, near the target (under ``late_noise`` it is B_noise; under the fits, the
+  cross-check); the two apart are the drift flag;
 - device_seconds: the ``wall_s`` of every run the prediction used;
 - measured: seconds and steps to the target where every seed of a batch size reached it
   (the calibration runs here, or every batch size of ``--measured``, another sweep's summary).
@@ -272,21 +273,24 @@ def _model_rows(
         if b in rows and (b in cal or not own):
             rows[b].update(values)
     early_rows, late_rows = _noise_rows(curves, ok, cal, predict_steps)
-    early = core.pooled_noise_scale(*_g2_trace(early_rows))
+    noise_rows = {"early": early_rows, "late": late_rows}
+    early = core.pooled_noise_scale(*_g2_trace(noise_rows["early"]))
+    late = core.pooled_noise_scale(*_g2_trace(noise_rows["late"]))
+    source = core.NOISE_FROM.get(calibration)
     try:
-        if calibration != "noise_scale" and len(cal) < 2:
+        if source is None and len(cal) < 2:
             raise core.PredictionError("the sweep has fewer than two batch sizes to calibrate on")
         steps = _calibration_steps(runs, cal)
         speeds = {b: _speeds(ok[ok["effective_batch_size"] == b]) for b in batches}
-        noise = _g2_trace(early_rows, by_run=True) if len(cal) == 1 else None
+        noise = _g2_trace(noise_rows[source], by_run=True) if len(cal) == 1 and source else None
         result = core.predict(steps, speeds, noise=noise, shape=core.SHAPES[calibration])
     except core.PredictionError as exc:
         for row in rows.values():
             row["note"] = f"no prediction: {exc}"
         return list(rows.values())
     caveats = _caveats(ok, lr_decay)
-    caveats["drift"] = core.drift_flag(early, core.pooled_noise_scale(*_g2_trace(late_rows)))
-    notes = [core.cross_check(result, early), *result.notes]
+    caveats["drift"] = core.drift_flag(early, late)
+    notes = [core.cross_check(result, calibration, late), *result.notes]
     if len(result.best_set) > 1:
         others = ", ".join(str(b) for b in result.best_set if b != result.best)
         notes.append(f"The bootstrap also picks {others} as the best in 2.5% or more of resamples.")
@@ -389,8 +393,8 @@ def document_notes(rows: pd.DataFrame) -> list[str]:
     s_min = _cell(first["s_min"], first["s_min_low"], first["s_min_high"])
     b_noise = _cell(first["b_noise"], first["b_noise_low"], first["b_noise_high"])
     lines = [
-        f"Fit S(B) = S_min (1 + B_noise/B): S_min {s_min} steps, B_noise {b_noise} samples "
-        "(95% bootstrap).",
+        f"Steps curve (train.predict_calibration's shape): S_min {s_min} steps, B_noise "
+        f"{b_noise} samples (95% bootstrap).",
         str(first["note"]),
         f"Compute the prediction spent: {first['device_seconds']:.0f} device-seconds (every run's "
         "wall_s).",
