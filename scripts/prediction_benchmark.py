@@ -3,18 +3,21 @@ reaches the target soonest, and at what share of the full convergence sweep's co
 
 Usage (from the repository root):
 
-    .venv/bin/python scripts/prediction_benchmark.py                  # runs both sweeps
+    .venv/bin/python scripts/prediction_benchmark.py                  # every strategy
+    .venv/bin/python scripts/prediction_benchmark.py --calibration late_noise  # one of them
     .venv/bin/python scripts/prediction_benchmark.py --measured DIR   # reuse a finished sweep
-    .venv/bin/python scripts/prediction_benchmark.py --measured DIR --predicted DIR2
+    .venv/bin/python scripts/prediction_benchmark.py --measured DIR --calibration corner \
+        --predicted DIR2
     .venv/bin/python scripts/prediction_benchmark.py --measured DIR --emulate  # no 2nd sweep
     .venv/bin/python scripts/prediction_benchmark.py --measured DIR --emulate --predict-steps 30
 
 In one run it runs (each in a new temporary folder, kept and printed, unless given a finished
 one) the convergence sweep on ``--config`` (default ``config/convergence.yaml``: every batch
-size to the target, three seeds) and the same config with ``train.predict: true`` (full-length
-runs at the calibration size(s), short runs elsewhere), then predicts with
-``batchscope.report.convergence.prediction_table`` and prints, for each calibration strategy
-(``train.predict_calibration``; with a second sweep, only the one it ran):
+size to the target, three seeds) and, for each calibration strategy (``--calibration``, default
+all of ``train.predict_calibration``'s), the same config with ``train.predict: true`` and that
+strategy (full-length runs at its calibration size(s), short runs elsewhere), one after the
+other on the same machine, then predicts with ``batchscope.report.convergence.prediction_table``
+and prints, for each strategy:
 
 - (a) the steps error per batch size against the full sweep's measured steps to the target,
   over the sizes that were predicted, not fitted (the calibration sizes are left out)
@@ -37,11 +40,12 @@ the short runs are the measured sweep's own runs read as their first ``predict_s
 measurements, and a run's samples_per_s is its steady rate, as a short run's), and the
 prediction's compute is estimated as the calibration runs' ``wall_s`` plus each other run's
 ``wall_s`` × predict_steps / its steps: quicker, and free of a second sweep's different load,
-but an estimate of the compute, not a measurement.
+but an estimate of the compute, not a measurement (and an upper one for the strategies whose
+short runs measure the throughput only: those end once their windows are full).
 
-A measurement, not a test: nothing is asserted, the exit status is 0 whatever the figures. Both
-sweeps' seconds are on a clock that other work on the machine slows: run it on a quiet machine,
-or read the rank correlation with that in mind.
+A measurement, not a test: nothing is asserted, the exit status is 0 whatever the figures. The
+sweeps' seconds are on a clock that other work on the machine slows: run it on a quiet machine
+(the runs measured under foreign load are left out of the measured tie set).
 """
 
 from __future__ import annotations
@@ -79,7 +83,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(REPO / "config" / "convergence.yaml"))
     parser.add_argument("--measured", type=Path, help="a finished convergence sweep's folder")
-    parser.add_argument("--predicted", type=Path, help="a finished train.predict sweep's folder")
+    parser.add_argument(
+        "--calibration",
+        choices=[*STRATEGIES, "all"],
+        default="all",
+        help="the train.predict_calibration to run a predict sweep for (all: one sweep each)",
+    )
+    parser.add_argument(
+        "--predicted", type=Path, help="a finished train.predict sweep's folder (its --calibration)"
+    )
     parser.add_argument("--emulate", action="store_true", help="short runs from the sweep's own")
     parser.add_argument(
         "--predict-steps", type=int, help="with --emulate: short-run updates (default: config's)"
@@ -209,31 +221,47 @@ TABLE_HEADER = (
 )
 
 
+def predict_sweeps(args, config: dict, measured_dir: Path, timings: dict) -> dict[str, Path]:
+    """Each strategy's train.predict sweep: the measured one itself under --emulate, the given
+    folder with --predicted, else one new sweep per strategy (the config with train.predict
+    and that train.predict_calibration)."""
+    strategies = STRATEGIES if args.calibration == "all" else (args.calibration,)
+    if args.emulate:
+        return dict.fromkeys(strategies, measured_dir)
+    if args.predicted is not None:
+        return {strategies[0]: args.predicted}
+    out = {}
+    for strategy in strategies:
+        train = {**config.get("train", {}), "predict": True, "predict_calibration": strategy}
+        path = measured_dir / f"predict-{strategy}.yaml"
+        path.write_text(yaml.safe_dump({**config, "train": train}))
+        out[strategy], timings[f"predict ({strategy})"] = run_sweep(
+            f"predict-{strategy}", args.cores, path
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = load_config(Path(args.config))
     schema = config_module.load_schema(config_module.SCHEMA_PATH)
     completed = config_module.with_defaults(config, schema)  # the schema's defaults
     train, limit = completed["train"], completed["sweep"]["foreign_cpu_limit_frac"]
+    if args.predicted is not None and args.calibration == "all":
+        raise SystemExit("--predicted needs --calibration: the strategy that sweep ran")
     timings = {}
     measured_dir = args.measured
     if measured_dir is None:
         measured_dir, timings["measured"] = run_sweep("measured", args.cores, Path(args.config))
-    predicted_dir = measured_dir if args.emulate else args.predicted
-    if predicted_dir is None:
-        predict_config = {**config, "train": {**train, "predict": True}}
-        path = measured_dir / "predict.yaml"
-        path.write_text(yaml.safe_dump(predict_config))
-        predicted_dir, timings["predicted"] = run_sweep("predict", args.cores, path)
+    predicted = predict_sweeps(args, config, measured_dir, timings)
     predict_steps = args.predict_steps or train["predict_steps"]
     measured = pd.read_csv(measured_dir / "results" / "summary.csv")
-    summary = pd.read_csv(predicted_dir / "results" / "summary.csv")
-    curves = pd.read_csv(predicted_dir / "results" / "curves.csv", low_memory=False)
-    strategies = STRATEGIES if args.emulate else (train["predict_calibration"],)
     spent_m = device_seconds(measured)
     samples_m = train_samples(measured)
     lines = []
-    for strategy in strategies:
+    for strategy, predicted_dir in predicted.items():
+        summary = pd.read_csv(predicted_dir / "results" / "summary.csv")
+        curves = pd.read_csv(predicted_dir / "results" / "curves.csv", low_memory=False)
         table = predict_frame(
             summary,
             curves,
@@ -255,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
             seconds = measured_seconds(measured, model, limit)
             got = compare(rows, seconds)
             lines.append(table_line(strategy, model, got, spent_p / spent_m, samples_p / samples_m))
-    print(f"\nsummary (short runs {predict_steps} updates{', emulated' if args.emulate else ''};"
-          f" full sweep {spent_m:.0f} device-s):")  # fmt: skip
+    emulated = ", emulated" if args.emulate else ""
+    print(f"\nsummary (short runs at most {predict_steps} updates{emulated}; full sweep "
+          f"{spent_m:.0f} device-s):")  # fmt: skip
     print(TABLE_HEADER)
     print("\n".join(lines))
     for label, seconds in timings.items():
