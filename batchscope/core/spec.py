@@ -482,20 +482,22 @@ def build(
     )
 
 
-#: What a short run of train.predict leaves out when it measures the throughput only (every
-#: calibration but noise_scale, whose short runs measure the noise scale early in training):
-#: no target, no validation, no noise scale, so it ends once its windows are full, or at
-#: predict_steps updates if that comes first (``RunSpec.throughput_run``).
-SHORT_THROUGHPUT_OFF = {
+#: The convergence machinery a throughput-only training run leaves out: no target, no
+#: validation during training, no noise scale (``RunSpec.throughput_run``).
+NO_CONVERGENCE = {
     "eval_every_samples": None,
     "target_accuracy": None,
     "target_loss": None,
     "noise_scale_every_steps": None,
     "eval_samples": None,
     "stop_at_target": False,
-    "validate": False,
 }
 
+#: What a short run of train.predict leaves out when it measures the throughput only (every
+#: calibration but noise_scale, whose short runs measure the noise scale early in training):
+#: the convergence machinery and the validation after training, so it ends once its windows
+#: are full, or at predict_steps updates if that comes first.
+SHORT_THROUGHPUT_OFF = {**NO_CONVERGENCE, "validate": False}
 
 #: What a ceiling run leaves out of training: it measures the model's compute alone.
 CEILING_TRAIN_OFF = {
@@ -504,12 +506,7 @@ CEILING_TRAIN_OFF = {
     "lr_warmup_steps": 0,
     "lr_warmup_epochs": None,
     "lr_decay": "constant",
-    "eval_every_samples": None,
-    "target_accuracy": None,
-    "target_loss": None,
-    "noise_scale_every_steps": None,
-    "eval_samples": None,
-    "stop_at_target": False,
+    **NO_CONVERGENCE,
 }
 
 
