@@ -26,7 +26,7 @@ and prints, for each strategy:
 - (b) whether the predicted best batch size lies in the measured tie set for time to target:
   the full sweep's seconds compared with the throughput verdict's test (Hsu's multiple
   comparisons with the best, one variance pooled over the batch sizes;
-  ``core.prediction.time_tie_set``) (goal: yes);
+  ``core.prediction_checks.time_tie_set``) (goal: yes);
 - (c) the compute each needed: the sum of its runs' ``wall_s`` (device-seconds) over the full
   sweep's (goal <= 30%), and the same share counted in samples trained (steps × batch), which
   other work on the machine does not change; and each snakemake command's wall time when this
@@ -60,7 +60,8 @@ import yaml
 from sweeps import REPO, load_config, run_sweep
 
 from batchscope.core import config as config_module
-from batchscope.core.prediction import STRATEGIES, time_tie_set
+from batchscope.core.prediction import STRATEGIES
+from batchscope.core.prediction_checks import time_tie_set
 from batchscope.core.verdict import under_foreign_load
 from batchscope.report.convergence.prediction_table import predict_frame
 

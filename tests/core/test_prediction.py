@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from batchscope.core import prediction as p
+from batchscope.core import prediction_checks as checks
 from tests.factories import make_spec
 
 
@@ -138,19 +139,20 @@ def test_one_calibration_size_without_a_noise_scale_is_one_line_not_a_guess():
 def test_pollux_form_is_the_same_curve_through_the_base_point():
     line = p.Line(s_min=150.0, b_noise=70.0)
     for batch in (8, 40, 300):
-        assert p.pollux_steps(batch, 70.0, 16, line.steps(16)) == pytest.approx(line.steps(batch))
+        carried = checks.pollux_steps(batch, 70.0, 16, line.steps(16))
+        assert carried == pytest.approx(line.steps(batch))
 
 
 def test_cross_check_says_when_the_noise_scale_disagrees():
     cal = {16: [1100.0, 1000.0, 1050.0], 256: [130.0, 120.0, 125.0]}
     got = p.predict(cal, {16: [1.0], 256: [1.0]})
-    far = p.NoiseEstimate(
+    far = checks.NoiseEstimate(
         value=got.line.b_noise * 50, interval=(got.line.b_noise * 40, got.line.b_noise * 60), n=9
     )
-    assert "disagree" in p.cross_check(got, "two_point", far)
-    near = p.NoiseEstimate(value=got.line.b_noise, interval=got.b_noise_interval, n=9)
-    assert "consistent" in p.cross_check(got, "two_point", near)
-    assert "no noise scale" in p.cross_check(got, "corner", None)
+    assert "disagree" in checks.cross_check(got, "two_point", far)
+    near = checks.NoiseEstimate(value=got.line.b_noise, interval=got.b_noise_interval, n=9)
+    assert "consistent" in checks.cross_check(got, "two_point", near)
+    assert "no noise scale" in checks.cross_check(got, "corner", None)
 
 
 def test_late_noise_pins_a_corner_through_its_one_size():
@@ -171,8 +173,8 @@ def test_late_noise_pins_a_corner_through_its_one_size():
     assert got.line.s_min == pytest.approx(50.0)
     assert got.at(256).steps == pytest.approx(50.0)
     assert got.at(16).steps == pytest.approx(50.0 * 32 / 16)
-    assert "near the target" in p.cross_check(got, "late_noise", None)
-    assert "early in training" in p.cross_check(got, "noise_scale", None)
+    assert "near the target" in checks.cross_check(got, "late_noise", None)
+    assert "early in training" in checks.cross_check(got, "noise_scale", None)
 
 
 def test_only_noise_scale_needs_its_short_runs_to_measure_noise():
@@ -182,19 +184,19 @@ def test_only_noise_scale_needs_its_short_runs_to_measure_noise():
 
 
 def test_flags():
-    flags = p.flags(2048, (16, 256), schedule="cosine decay", batchnorm=True, drift=None)
+    flags = checks.flags(2048, (16, 256), schedule="cosine decay", batchnorm=True, drift=None)
     assert flags[0].startswith("extrapolated x8")
-    one = p.flags(16, (64,), schedule=None, batchnorm=False, drift=None)
+    one = checks.flags(16, (64,), schedule=None, batchnorm=False, drift=None)
     assert one == ["extrapolated x4 beyond the calibration size 64"]
     assert any("schedule" in f for f in flags) and any("BatchNorm" in f for f in flags)
-    assert p.flags(64, (16, 256), schedule=None, batchnorm=False, drift=None) == []
+    assert checks.flags(64, (16, 256), schedule=None, batchnorm=False, drift=None) == []
 
 
 def test_drift_flag_only_when_intervals_are_apart():
-    early = p.pooled_noise_scale([1.0, 1.1, 0.9, 1.0], [10.0, 11.0, 9.0, 10.0])
-    late = p.pooled_noise_scale([1.0, 1.1, 0.9, 1.0], [100.0, 110.0, 90.0, 100.0])
-    assert p.drift_flag(early, late).startswith("noise scale drifts")
-    assert p.drift_flag(early, early) is None
+    early = checks.pooled_noise_scale([1.0, 1.1, 0.9, 1.0], [10.0, 11.0, 9.0, 10.0])
+    late = checks.pooled_noise_scale([1.0, 1.1, 0.9, 1.0], [100.0, 110.0, 90.0, 100.0])
+    assert checks.drift_flag(early, late).startswith("noise scale drifts")
+    assert checks.drift_flag(early, early) is None
 
 
 def test_time_tie_set_keeps_what_the_pooled_test_cannot_tell_from_the_fastest():
@@ -202,13 +204,13 @@ def test_time_tie_set_keeps_what_the_pooled_test_cannot_tell_from_the_fastest():
     # batch 64 and 128 within 2% of each other, batch 16 twice as slow, runs spread by ~5%
     truth = {16: 20.0, 64: 10.0, 128: 10.2}
     seconds = {b: list(t * rng.lognormal(0.0, 0.05, size=3)) for b, t in truth.items()}
-    tie = p.time_tie_set(seconds)
+    tie = checks.time_tie_set(seconds)
     assert set(tie) == {64, 128} and 16 not in tie
     # fastest estimate first
     means = {b: np.exp(np.mean(np.log(v))) for b, v in seconds.items()}
     assert tie[0] == min((64, 128), key=means.get)
     # one run per batch size: no spread to test with, so nothing is excluded
-    assert set(p.time_tie_set({b: v[:1] for b, v in seconds.items()})) == {16, 64, 128}
+    assert set(checks.time_tie_set({b: v[:1] for b, v in seconds.items()})) == {16, 64, 128}
 
 
 def test_corner_calibrates_on_the_log_quartiles_and_recovers_a_corner():

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from batchscope.core import prediction as core
+from batchscope.core import prediction_checks as checks
 from batchscope.core import results
 from batchscope.core.stats import log_mean_ci
 from batchscope.report.convergence.tables import chosen_workers, prepare
@@ -203,7 +204,7 @@ def _caveats(ok: pd.DataFrame, lr_decay: str | None) -> dict[str, Any]:
 def _fill(
     rows: dict[int, dict[str, Any]],
     result: core.Prediction,
-    early: core.NoiseEstimate | None,
+    early: checks.NoiseEstimate | None,
     *,
     base_steps: float,
     caveats: dict[str, Any],
@@ -218,7 +219,7 @@ def _fill(
         st = p.steps_interval or (math.nan, math.nan)
         sec = p.seconds_interval or (math.nan, math.nan)
         upd = p.update_s_interval or (math.nan, math.nan)
-        flags = core.flags(p.batch, cal, **caveats)
+        flags = checks.flags(p.batch, cal, **caveats)
         rows[p.batch].update(
             predicted_steps_to_target=p.steps,
             predicted_steps_low=st[0],
@@ -241,7 +242,7 @@ def _fill(
             b_simple_early_low=e_low,
             b_simple_early_high=e_high,
             pollux_steps_to_target=(
-                core.pollux_steps(p.batch, early.value, cal[0], base_steps) if early else math.nan
+                checks.pollux_steps(p.batch, early.value, cal[0], base_steps) if early else math.nan
             ),
             flags="; ".join(flags),
             note=" ".join(notes),
@@ -274,8 +275,8 @@ def _model_rows(
             rows[b].update(values)
     early_rows, late_rows = _noise_rows(curves, ok, cal, predict_steps)
     noise_rows = {"early": early_rows, "late": late_rows}
-    early = core.pooled_noise_scale(*_g2_trace(noise_rows["early"]))
-    late = core.pooled_noise_scale(*_g2_trace(noise_rows["late"]))
+    early = checks.pooled_noise_scale(*_g2_trace(noise_rows["early"]))
+    late = checks.pooled_noise_scale(*_g2_trace(noise_rows["late"]))
     source = core.NOISE_FROM.get(calibration)
     try:
         if source is None and len(cal) < 2:
@@ -289,8 +290,8 @@ def _model_rows(
             row["note"] = f"no prediction: {exc}"
         return list(rows.values())
     caveats = _caveats(ok, lr_decay)
-    caveats["drift"] = core.drift_flag(early, late)
-    notes = [core.cross_check(result, calibration, late), *result.notes]
+    caveats["drift"] = checks.drift_flag(early, late)
+    notes = [checks.cross_check(result, calibration, late), *result.notes]
     if len(result.best_set) > 1:
         others = ", ".join(str(b) for b in result.best_set if b != result.best)
         notes.append(f"The bootstrap also picks {others} as the best in 2.5% or more of resamples.")
