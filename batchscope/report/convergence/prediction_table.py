@@ -6,10 +6,9 @@ The math is ``batchscope.core.prediction``; this module reads the sweep's ``summ
 size, see docs/results.md) and ``convergence_prediction.png``. Per mode × model (training runs
 of one DataLoader worker count):
 
-- calibration: ``core.calibration_sizes`` (the geometric middle under ``noise_scale`` and
-  ``late_noise``, the smallest and the largest under ``two_point``, the log range's quartiles
-  under ``corner``); every seed there must have reached the target, else the prediction is one
-  line saying so (``note``), never a guess;
+- calibration: the sizes ``core.calibration_sizes`` names for the strategy; every seed there
+  must have reached the target, else the prediction is one line saying so (``note``), never a
+  guess;
 - samples_per_s: each batch size's ok runs (short or full) in the pooled model of log
   throughput (its geometric mean), which gives the time per update and its interval;
 - B_simple early: the noise measurements of every run up to ``predict_steps`` updates, pooled
@@ -275,8 +274,8 @@ def _model_rows(
             rows[b].update(values)
     early_rows, late_rows = _noise_rows(curves, ok, cal, predict_steps)
     noise_rows = {"early": early_rows, "late": late_rows}
-    early = checks.pooled_noise_scale(*_g2_trace(noise_rows["early"]))
-    late = checks.pooled_noise_scale(*_g2_trace(noise_rows["late"]))
+    early = checks.pooled_noise_scale(*_g2_trace(early_rows))
+    late = checks.pooled_noise_scale(*_g2_trace(late_rows))
     source = core.NOISE_FROM.get(calibration)
     try:
         if source is None and len(cal) < 2:
