@@ -301,7 +301,7 @@ def _check_train(train: Mapping[str, Any], warmup: int) -> None:
             f"config key train.predict_steps: {train['predict_steps']} leaves no step "
             f"to measure after measure.warmup_steps={warmup}"
         )
-    from batchscope.core.prediction import NOISE_FROM  # numpy and scipy: only when checked
+    from batchscope.core.prediction import NOISE_FROM  # numpy: only when a config is checked
 
     strategy = train["predict_calibration"]
     if train["predict"] and strategy in NOISE_FROM and train.get("noise_scale_every_steps") is None:

@@ -448,7 +448,7 @@ def build(
     max_steps = config[mode]["max_steps"]
     measure = _section(MeasureSpec, config["measure"])
     if short and train is not None:
-        # here, not at the top: the benchmark process reads specs and needs no scipy
+        # here, not at the top: reading a spec (every benchmark process) imports no numpy
         from batchscope.core import prediction
 
         steps = config["train"]["predict_steps"]
