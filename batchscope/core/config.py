@@ -254,12 +254,20 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
 
 
 def _check_rounds(config: Mapping[str, Any]) -> None:
-    """The race's most rounds are at least the rounds every point gets."""
+    """The race's most rounds are at least the rounds every point gets; short runs get rounds
+    of their own only where no race decides them."""
     sweep, rounds = config["sweep"], config["measure"]["rounds"]
     if sweep["strategy"] == "race" and sweep["max_rounds"] < rounds:
         raise ConfigError(
             f"config key sweep.max_rounds: {sweep['max_rounds']} is below measure.rounds"
             f" ({rounds}), the rounds every point is measured in before the race's first look"
+        )
+    train = config["train"]
+    if train["predict"] and sweep["strategy"] == "race" and train["predict_rounds"] > rounds:
+        raise ConfigError(
+            f"config key train.predict_rounds: {train['predict_rounds']} is above measure.rounds"
+            f" ({rounds}), which sweep.strategy race needs (the race decides the later rounds):"
+            " use sweep.strategy full"
         )
 
 

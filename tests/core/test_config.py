@@ -123,6 +123,16 @@ def test_predict_needs_a_target_and_a_short_run_longer_than_the_warmup():
         check(config, SCHEMA)
 
 
+def test_short_runs_get_rounds_of_their_own_only_without_a_race():
+    config = _with("train", {"predict": True, "target_accuracy": 0.5, "predict_rounds": 3,
+                             "noise_scale_every_steps": 3})  # fmt: skip
+    config["measure"] = {"rounds": 2}
+    with pytest.raises(ConfigError, match="train.predict_rounds: 3 is above measure.rounds"):
+        check(config, SCHEMA)
+    check(dict(config, sweep={"strategy": "full"}), SCHEMA)
+    check(dict(config, measure={"rounds": 3}), SCHEMA)  # the race's own rounds cover them
+
+
 def test_imagefolder_path_must_exist(tmp_path):
     config = _with("dataset", {"name": "imagefolder", "path": str(tmp_path / "missing")})
     with pytest.raises(ConfigError, match="dataset.path: .* is not a folder"):

@@ -1,10 +1,11 @@
 """train.predict end to end with the default calibration (late_noise): throughput-only short
-runs, one full-length batch size (nearest the third quartile of the grid's log range),
-prediction.csv and the report, through Snakemake on a tiny synthetic config whose target every
-run meets at once."""
+runs in two rounds (train.predict_rounds), one full-length batch size (nearest the third
+quartile of the grid's log range), prediction.csv and the report, through Snakemake on a tiny
+synthetic config whose target every run meets at once."""
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -40,22 +41,28 @@ def sweep(tmp_path_factory):
     return workdir
 
 
-def _result(workdir, batch, seed):
-    path = workdir / f"results/runs/train/small_cnn/bs{batch}_acc1_nw0_seed{seed}_round1.json"
-    return json.loads(path.read_text())
+def _run(workdir, batch, seed, round_=1):
+    name = f"bs{batch}_acc1_nw0_seed{seed}_round{round_}.json"
+    return workdir / "results/runs/train/small_cnn" / name
+
+
+def _result(workdir, batch, seed, round_=1):
+    return json.loads(_run(workdir, batch, seed, round_).read_text())
 
 
 def test_short_runs_everywhere_but_the_calibration_sizes(sweep):
     for seed in (0, 1):
         for batch in (4, 8):  # throughput only: no validation, no noise scale, no target
-            short = _result(sweep, batch, seed)
-            assert short["max_steps"] == 6 and short["steps_run"] == 6
-            assert short["val_accuracy"] is None and "target_reached" not in short
-            assert "noise_scale_measurements" not in short
-            assert short["samples_per_s"] > 0
+            for round_ in (1, 2):  # train.predict_rounds (2), over measure.rounds (1)
+                short = _result(sweep, batch, seed, round_)
+                assert short["max_steps"] == 6 and short["steps_run"] == 6
+                assert short["val_accuracy"] is None and "target_reached" not in short
+                assert "noise_scale_measurements" not in short
+                assert short["samples_per_s"] > 0
         full = _result(sweep, 32, seed)  # full length, validated, its noise scale measured
         assert full["steps_run"] == 512 // 32 and full["target_reached"] is True
         assert full["noise_scale_measurements"] > 0
+        assert not _run(sweep, 32, seed, 2).exists()  # measure.rounds: one
 
 
 def test_prediction_csv(sweep):
@@ -71,6 +78,12 @@ def test_prediction_csv(sweep):
     assert table.loc[32, "predicted_steps_to_target"] == pytest.approx(
         table.loc[32, "measured_steps_to_target"]
     )
+    # every short run's throughput counts, both rounds': the pooled log mean of its four
+    runs = pd.read_csv(sweep / "results/summary.csv")
+    for batch in (4, 8):
+        speeds = runs.loc[runs["batch_size"] == batch, "samples_per_s"]
+        assert len(speeds) == 4
+        assert table.loc[batch, "samples_per_s"] == pytest.approx(np.exp(np.log(speeds).mean()))
     s_min, b_noise = table["s_min"].iloc[0], table["b_noise"].iloc[0]
     for batch in (4, 8):
         row = table.loc[batch]

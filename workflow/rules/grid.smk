@@ -104,11 +104,18 @@ def run_stem(point, seed, round_):
 
 
 def grid_stems():
-    """One path stem per run: each point x seed, in every round it is measured in."""
+    """One path stem per run: each point x seed, in every round it is measured in; and
+    train.predict's short runs in their further rounds (SHORT_ROUNDS)."""
     return [
         run_stem(point, seed, round_)
         for round_ in range(1, ROUNDS + 1)
         for point in points_in_round(round_)
+        for seed in config["seeds"]
+    ] + [
+        run_stem(point, seed, round_)
+        for round_ in range(ROUNDS + 1, SHORT_ROUNDS + 1)
+        for point in grid_points()
+        if is_short(point)
         for seed in config["seeds"]
     ]
 
@@ -131,14 +138,20 @@ def bench_priority(wildcards):
     jobs = [(point, seed) for point in grid_points() for seed in config["seeds"]]
     job = (wildcard_point(wildcards), int(wildcards.seed))
     return rounds.priority(
-        job, jobs, config["sweep"]["order_seed"], int(wildcards.round), ROUNDS
+        job, jobs, config["sweep"]["order_seed"], int(wildcards.round), SHORT_ROUNDS
     )
 
 
 def round_barrier(wildcards):
-    """A run of round r > 1 starts only after round r - 1 of every point still measured."""
+    """A run of round r > 1 starts only after round r - 1 of every point still measured; a
+    short run's further rounds (past the sweep's last) wait for no decision: their priority
+    puts them after every earlier round."""
     round_ = int(wildcards.round)
-    return [] if round_ == 1 else [ancient(ROUND.format(round=round_ - 1))]
+    return (
+        []
+        if round_ == 1 or round_ > ROUNDS
+        else [ancient(ROUND.format(round=round_ - 1))]
+    )
 
 
 def round_inputs(wildcards):
@@ -274,19 +287,29 @@ PREDICTION = [
 ]
 
 
-def short_run(wildcards):
-    """Whether a training run is one of train.predict's short runs: every effective batch size
-    but the calibration ones (train.predict_calibration) of its mode and model."""
-    if not PREDICT or wildcards.mode != "train":
+#: the rounds train.predict's short runs are measured in: train.predict_rounds when more than
+#: the sweep's own (the config check allows that only under sweep.strategy full)
+SHORT_ROUNDS = max(ROUNDS, config["train"]["predict_rounds"] if PREDICT else 1)
+
+
+def is_short(point):
+    """Whether a training point is one of train.predict's short runs: every effective batch
+    size but the calibration ones (train.predict_calibration) of its mode and model."""
+    if not PREDICT or point.mode != "train":
         return False
     effective = {
         int(b) * int(a)
-        for b in batch_sizes(wildcards.mode, wildcards.model)
-        for a in accumulation_steps(wildcards.mode)
+        for b in batch_sizes(point.mode, point.model)
+        for a in accumulation_steps(point.mode)
     }
-    here = int(wildcards.batch_size) * int(wildcards.accumulation_steps)
+    here = int(point.batch_size) * int(point.accumulation_steps)
     strategy = config["train"]["predict_calibration"]
     return here not in prediction.calibration_sizes(sorted(effective), strategy)
+
+
+def short_run(wildcards):
+    """Whether a job is one of train.predict's short runs."""
+    return is_short(wildcard_point(wildcards))
 
 
 def all_cores(wildcards):
