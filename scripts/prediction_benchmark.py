@@ -39,7 +39,8 @@ the short runs are the measured sweep's own runs read as their first ``predict_s
 (``--predict-steps`` tries another length) (the prediction already takes only those updates' noise
 measurements, and a run's samples_per_s is its steady rate, as a short run's), and the
 prediction's compute is estimated as the calibration runs' ``wall_s`` plus each other run's
-``wall_s`` × predict_steps / its steps: quicker, and free of a second sweep's different load,
+``wall_s`` × predict_steps / its steps, times the short runs' rounds (``train.predict_rounds``)
+over the measured runs' (``measure.rounds``): quicker, and free of a second sweep's different load,
 but an estimate of the compute, not a measurement (and an upper one for the strategies whose
 short runs measure the throughput only: those end once their windows are full).
 
@@ -119,10 +120,12 @@ def device_seconds(summary: pd.DataFrame) -> float:
 
 
 def emulated_cost(
-    summary: pd.DataFrame, table: pd.DataFrame, predict_steps: int
+    summary: pd.DataFrame, table: pd.DataFrame, predict_steps: int, short_rounds: float
 ) -> tuple[float, float]:
     """--emulate's compute, (wall_s, samples): calibration runs whole, the others cut to their
-    first ``predict_steps`` updates (wall_s in proportion)."""
+    first ``predict_steps`` updates (wall_s in proportion) and counted ``short_rounds`` times
+    (a predict sweep's short runs get train.predict_rounds rounds, the measured runs one per
+    measure.rounds)."""
     train = train_runs(summary)
     cal = table[table["calibration"].astype(bool)]
     calibration = set(zip(cal["model"], cal["effective_batch_size"].astype(int), strict=True))
@@ -132,7 +135,7 @@ def emulated_cost(
     ]
     wall = pd.to_numeric(train["wall_s"], errors="coerce")
     steps = pd.to_numeric(train["steps_run"], errors="coerce")
-    share = (predict_steps / steps).clip(upper=1.0)
+    share = (predict_steps / steps).clip(upper=1.0) * short_rounds
     samples = steps * train["effective_batch_size"]
     return float(wall.where(full, wall * share).sum()), float(
         samples.where(full, samples * share).sum()
@@ -256,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         measured_dir, timings["measured"] = run_sweep("measured", args.cores, Path(args.config))
     predicted = predict_sweeps(args, config, measured_dir, timings)
     predict_steps = args.predict_steps or train["predict_steps"]
+    rounds = completed["measure"]["rounds"]
+    short_rounds = max(rounds, train["predict_rounds"]) / rounds
     measured = pd.read_csv(measured_dir / "results" / "summary.csv")
     spent_m = device_seconds(measured)
     samples_m = train_samples(measured)
@@ -275,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(out, index=False)
         if args.emulate:
-            spent_p, samples_p = emulated_cost(summary, table, predict_steps)
+            spent_p, samples_p = emulated_cost(summary, table, predict_steps, short_rounds)
         else:
             spent_p = device_seconds(summary)
             samples_p = train_samples(summary)
