@@ -264,6 +264,7 @@ def fake_result(
         "world_size": grid["devices"],
         "epochs": 1,
         "max_steps": 12,
+        "short_run": False,
         "optimizer": "sgd" if train else None,
         "lr": 0.1 if train else None,
         "base_lr": 0.1 if train else None,

@@ -414,6 +414,7 @@ def _result(spec: RunSpec, outcome: dict, flops, context: dict, threads: int) ->
         **_pipeline_fields(spec),
         "epochs": spec.train.epochs if spec.train else 1,
         "max_steps": spec.max_steps,
+        "short_run": spec.short,
         "optimizer": spec.train.optimizer if spec.train else None,
         "torch_threads": threads,
         "omp_num_threads": env["env"]["OMP_NUM_THREADS"],

@@ -196,6 +196,9 @@ class RunSpec:
     loader: LoaderSpec
     #: training settings; None for inference
     train: TrainSpec | None
+    #: one of train.predict's short runs: at most ``train.predict_steps`` updates, measuring
+    #: the throughput (and under ``noise_scale`` the early noise scale), never the target
+    short: bool = False
     spec_version: int = field(default=SPEC_VERSION)
 
     def __post_init__(self) -> None:
@@ -479,6 +482,7 @@ def build(
         compute=_section(ComputeSpec, config["compute"]),
         loader=_section(LoaderSpec, config["loader"]),
         train=train,
+        short=bool(short and train is not None),
     )
 
 

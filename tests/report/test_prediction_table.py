@@ -45,6 +45,28 @@ def test_predicts_every_batch_size_from_the_two_calibration_sizes():
     assert table["flags"].fillna("").eq("").all()  # no warm-up, no BatchNorm, no extrapolation
 
 
+def test_the_time_per_update_comes_from_short_runs_at_the_calibration_sizes_too():
+    # the calibration sizes' full-length runs (round 1) read faster than their short runs
+    # (round 2): only the short runs time the updates, as at every other size; the full
+    # ones still give the steps and the measured seconds
+    sweep = _sweep()
+    short = [dict(_run(b, s, speed=speed), round=2, short_run=True)
+             for b, speed in ((16, 50.0), (256, 150.0)) for s in range(3)]  # fmt: skip
+    sweep["short_run"] = [False] * 3 + [True] * 6 + [False] * 3
+    sweep = pd.concat([sweep, pd.DataFrame(short)], ignore_index=True)
+    table = predict_frame(sweep, **TWO_POINT).set_index("effective_batch_size")
+    assert table["note"].str.startswith("no prediction").sum() == 0
+    assert table.loc[16, "samples_per_s"] == pytest.approx(50.0)
+    assert table.loc[256, "samples_per_s"] == pytest.approx(150.0)
+    assert table.loc[32, "samples_per_s"] == pytest.approx(132.0)
+    assert table.loc[16, "measured_steps_to_target"] == pytest.approx(410.0)
+    assert table.loc[256, "measured_seconds_to_target"] == pytest.approx(62 * 256 / 300.0, rel=0.01)
+    assert table.loc[16, "predicted_seconds_to_target"] == pytest.approx(
+        table.loc[16, "predicted_steps_to_target"] * 16 / 50.0
+    )
+    assert table["device_seconds"].iloc[0] == pytest.approx(18 * 10.0)
+
+
 def test_a_calibration_run_that_missed_the_target_is_one_line_not_a_guess():
     table = predict_frame(_sweep(big_steps=(60, None, 62)), **TWO_POINT)
     assert table["predicted_steps_to_target"].isna().all()

@@ -1,7 +1,8 @@
 """train.predict end to end with the default calibration (late_noise): throughput-only short
 runs in two rounds (train.predict_rounds), one full-length batch size (nearest the third
-quartile of the grid's log range), prediction.csv and the report, through Snakemake on a tiny
-synthetic config whose target every run meets at once."""
+quartile of the grid's log range) whose short runs come in the second round, prediction.csv
+and the report, through Snakemake on a tiny synthetic config whose target every run meets at
+once."""
 
 import json
 
@@ -50,19 +51,22 @@ def _result(workdir, batch, seed, round_=1):
     return json.loads(_run(workdir, batch, seed, round_).read_text())
 
 
-def test_short_runs_everywhere_but_the_calibration_sizes(sweep):
+def test_short_runs_everywhere_and_full_length_at_the_calibration_size(sweep):
     for seed in (0, 1):
-        for batch in (4, 8):  # throughput only: no validation, no noise scale, no target
-            for round_ in (1, 2):  # train.predict_rounds (2), over measure.rounds (1)
-                short = _result(sweep, batch, seed, round_)
-                assert short["max_steps"] == 6 and short["steps_run"] == 6
-                assert short["val_accuracy"] is None and "target_reached" not in short
-                assert "noise_scale_measurements" not in short
-                assert short["samples_per_s"] > 0
+        # throughput only: no validation, no noise scale, no target; train.predict_rounds (2)
+        # over measure.rounds (1), the calibration size's in the round after its full run
+        for batch, round_ in ((4, 1), (4, 2), (8, 1), (8, 2), (32, 2)):
+            short = _result(sweep, batch, seed, round_)
+            assert short["short_run"] is True
+            assert short["max_steps"] == 6 and short["steps_run"] == 6
+            assert short["val_accuracy"] is None and "target_reached" not in short
+            assert "noise_scale_measurements" not in short
+            assert short["samples_per_s"] > 0
         full = _result(sweep, 32, seed)  # full length, validated, its noise scale measured
+        assert full["short_run"] is False
         assert full["steps_run"] == 512 // 32 and full["target_reached"] is True
         assert full["noise_scale_measurements"] > 0
-        assert not _run(sweep, 32, seed, 2).exists()  # measure.rounds: one
+        assert not _run(sweep, 32, seed, 3).exists()
 
 
 def test_prediction_csv(sweep):
@@ -78,11 +82,12 @@ def test_prediction_csv(sweep):
     assert table.loc[32, "predicted_steps_to_target"] == pytest.approx(
         table.loc[32, "measured_steps_to_target"]
     )
-    # every short run's throughput counts, both rounds': the pooled log mean of its four
+    # every short run's throughput counts, both rounds': the pooled log mean of its four; at
+    # the calibration size, its two short runs' and not the full-length runs'
     runs = pd.read_csv(sweep / "results/summary.csv")
-    for batch in (4, 8):
-        speeds = runs.loc[runs["batch_size"] == batch, "samples_per_s"]
-        assert len(speeds) == 4
+    for batch, count in ((4, 4), (8, 4), (32, 2)):
+        speeds = runs.loc[(runs["batch_size"] == batch) & runs["short_run"], "samples_per_s"]
+        assert len(speeds) == count
         assert table.loc[batch, "samples_per_s"] == pytest.approx(np.exp(np.log(speeds).mean()))
     s_min, b_noise = table["s_min"].iloc[0], table["b_noise"].iloc[0]
     for batch in (4, 8):

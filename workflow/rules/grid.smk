@@ -105,7 +105,7 @@ def run_stem(point, seed, round_):
 
 def grid_stems():
     """One path stem per run: each point x seed, in every round it is measured in; and
-    train.predict's short runs in their further rounds (SHORT_ROUNDS)."""
+    train.predict's short runs in the rounds past the sweep's own (``short_rounds``)."""
     return [
         run_stem(point, seed, round_)
         for round_ in range(1, ROUNDS + 1)
@@ -113,9 +113,8 @@ def grid_stems():
         for seed in config["seeds"]
     ] + [
         run_stem(point, seed, round_)
-        for round_ in range(ROUNDS + 1, SHORT_ROUNDS + 1)
         for point in grid_points()
-        if is_short(point)
+        for round_ in short_rounds(point)
         for seed in config["seeds"]
     ]
 
@@ -138,7 +137,7 @@ def bench_priority(wildcards):
     jobs = [(point, seed) for point in grid_points() for seed in config["seeds"]]
     job = (wildcard_point(wildcards), int(wildcards.seed))
     return rounds.priority(
-        job, jobs, config["sweep"]["order_seed"], int(wildcards.round), SHORT_ROUNDS
+        job, jobs, config["sweep"]["order_seed"], int(wildcards.round), LAST_ROUND
     )
 
 
@@ -279,7 +278,8 @@ def convergence_outputs():
     return CONVERGENCE + (PREDICTION if PREDICT else [])
 
 
-#: train.predict: short runs at every batch size but the calibration ones (core.prediction)
+#: train.predict: short runs at every batch size, and full-length runs at the calibration ones
+#: (core.prediction)
 PREDICT = "train" in config["modes"] and bool(config["train"].get("predict"))
 PREDICTION = [
     "results/convergence/prediction.csv",
@@ -289,12 +289,15 @@ PREDICTION = [
 
 #: the rounds train.predict's short runs are measured in: train.predict_rounds when more than
 #: the sweep's own (the config check allows that only under sweep.strategy full)
-SHORT_ROUNDS = max(ROUNDS, config["train"]["predict_rounds"] if PREDICT else 1)
+SHORT_ROUNDS = max(ROUNDS, config["train"]["predict_rounds"]) if PREDICT else ROUNDS
+#: the calibration sizes run full length in the sweep's rounds, then short in the rounds after,
+#: at least one: every batch size's time per update comes from short runs alike
+LAST_ROUND = max(SHORT_ROUNDS, ROUNDS + 1) if PREDICT else ROUNDS
 
 
-def is_short(point):
-    """Whether a training point is one of train.predict's short runs: every effective batch
-    size but the calibration ones (train.predict_calibration) of its mode and model."""
+def is_calibration(point):
+    """Whether a training point is at one of train.predict's calibration sizes
+    (train.predict_calibration) of its mode and model, which also run to the target."""
     if not PREDICT or point.mode != "train":
         return False
     effective = {
@@ -304,12 +307,30 @@ def is_short(point):
     }
     here = int(point.batch_size) * int(point.accumulation_steps)
     strategy = config["train"]["predict_calibration"]
-    return here not in prediction.calibration_sizes(sorted(effective), strategy)
+    return here in prediction.calibration_sizes(sorted(effective), strategy)
+
+
+def is_short(point, round_):
+    """Whether a training point's run in round ``round_`` is one of train.predict's short runs:
+    every batch size's in every round but the calibration sizes' in the sweep's own."""
+    if not PREDICT or point.mode != "train":
+        return False
+    return round_ > ROUNDS or not is_calibration(point)
+
+
+def short_rounds(point):
+    """The rounds past the sweep's own in which a point runs short (none without
+    train.predict): up to SHORT_ROUNDS, the calibration sizes' up to LAST_ROUND."""
+    if not PREDICT or point.mode != "train":
+        return range(0)
+    return range(
+        ROUNDS + 1, (LAST_ROUND if is_calibration(point) else SHORT_ROUNDS) + 1
+    )
 
 
 def short_run(wildcards):
     """Whether a job is one of train.predict's short runs."""
-    return is_short(wildcard_point(wildcards))
+    return is_short(wildcard_point(wildcards), int(wildcards.round))
 
 
 def all_cores(wildcards):

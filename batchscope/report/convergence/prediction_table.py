@@ -6,11 +6,16 @@ The math is ``batchscope.core.prediction``; this module reads the sweep's ``summ
 size, see docs/results.md) and ``convergence_prediction.png``. Per mode × model (training runs
 of one DataLoader worker count):
 
-- calibration: the sizes ``core.calibration_sizes`` names for the strategy; every seed there
-  must have reached the target, else the prediction is one line saying so (``note``), never a
-  guess;
-- samples_per_s: each batch size's ok runs (short or full) in the pooled model of log
-  throughput (its geometric mean), which gives the time per update and its interval;
+- calibration: the sizes ``core.calibration_sizes`` names for the strategy; every seed's
+  full-length run there must have reached the target, else the prediction is one line saying
+  so (``note``), never a guess;
+- samples_per_s: each batch size's ok short runs in the pooled model of log throughput (its
+  geometric mean), which gives the time per update and its interval. The calibration sizes
+  have short runs too, after their full-length ones: a full-length run's process, between
+  its validations and noise-scale passes, can run the same steps faster than a short run's
+  (the prediction benchmark measured up to 1.4x on CPU), and a time per update from it would
+  favour its size. A sweep without short runs at a size (one from before they were run there)
+  uses that size's full-length runs;
 - B_simple early: the noise measurements of every run up to ``predict_steps`` updates, pooled
   (under ``noise_scale`` it is B_noise); late: those of the calibration runs in the last third
   of their steps, near the target (under ``late_noise`` it is B_noise; under the fits, the
@@ -112,6 +117,8 @@ def _run_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     keys = ["mode", "model", "batch_size", "accumulation_steps", "num_workers", "seed"]
     if curves is None or curves.empty:
         return pd.DataFrame()
+    if "round" in curves and "round" in runs:  # a seed's runs in several rounds: each its own
+        keys.append("round")
     curves = curves.copy()
     for key in keys[2:]:
         curves[key] = pd.to_numeric(curves.get(key, 1), errors="coerce")
@@ -142,6 +149,13 @@ def _speeds(runs: pd.DataFrame) -> list[float]:
     )
     speeds = measured.where(measured.notna(), on_clock)
     return speeds[np.isfinite(speeds) & (speeds > 0)].tolist()
+
+
+def _speed_runs(ok: pd.DataFrame, batch: int) -> pd.DataFrame:
+    """The ok runs whose throughput times ``batch``'s updates: its short runs, or its
+    full-length ones where it has none (a sweep from before the calibration sizes had them)."""
+    runs = ok[ok["effective_batch_size"] == batch]
+    return runs[runs["short"]] if runs["short"].any() else runs
 
 
 def _measured(frame: pd.DataFrame) -> dict[int, dict[str, float]]:
@@ -177,15 +191,20 @@ def _calibration_steps(runs: pd.DataFrame, cal: Sequence[int]) -> dict[int, list
 
 
 def _noise_rows(
-    curves: pd.DataFrame | None, ok: pd.DataFrame, cal: Sequence[int], predict_steps: int
+    curves: pd.DataFrame | None,
+    ok: pd.DataFrame,
+    full: pd.DataFrame,
+    cal: Sequence[int],
+    predict_steps: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The noise measurements early (every run's first ``predict_steps`` updates) and late (the
-    calibration runs' last third, past ``predict_steps``)."""
+    """The noise measurements early (every ok run's first ``predict_steps`` updates) and late
+    (the calibration sizes' ``full``-length runs' last third, past ``predict_steps``)."""
     run_rows = _run_curves(curves, ok)
     if run_rows.empty:
         return run_rows, run_rows
     early = run_rows[run_rows["step"] <= predict_steps]
-    full = run_rows[run_rows["effective_batch_size"].isin(cal)]
+    full = _run_curves(curves, full[full["status"] == "ok"])
+    full = full[full["effective_batch_size"].isin(cal)]
     last = full.groupby(["effective_batch_size", "seed"])["step"].transform("max")
     late = full[full["step"] > last * (1 - LATE_SHARE)]
     return early, late[late["step"] > predict_steps]
@@ -264,6 +283,7 @@ def _model_rows(
     batches = sorted(int(b) for b in runs["effective_batch_size"].unique())
     cal = core.calibration_sizes(batches, calibration)
     ok = runs[runs["status"] == "ok"]
+    full = runs[~runs["short"]]
     device_s = float(pd.to_numeric(runs.get("wall_s"), errors="coerce").sum())
     base = {"mode": mode, "model": model, "device_seconds": device_s, "predicted_best": False}
     rows = {b: dict(base, effective_batch_size=b, calibration=b in cal) for b in batches}
@@ -272,7 +292,7 @@ def _model_rows(
         # (or another sweep's, ``own`` False) measure steps to it
         if b in rows and (b in cal or not own):
             rows[b].update(values)
-    early_rows, late_rows = _noise_rows(curves, ok, cal, predict_steps)
+    early_rows, late_rows = _noise_rows(curves, ok, full, cal, predict_steps)
     noise_rows = {"early": early_rows, "late": late_rows}
     early = checks.pooled_noise_scale(*_g2_trace(early_rows))
     late = checks.pooled_noise_scale(*_g2_trace(late_rows))
@@ -280,8 +300,8 @@ def _model_rows(
     try:
         if source is None and len(cal) < 2:
             raise core.PredictionError("the sweep has fewer than two batch sizes to calibrate on")
-        steps = _calibration_steps(runs, cal)
-        speeds = {b: _speeds(ok[ok["effective_batch_size"] == b]) for b in batches}
+        steps = _calibration_steps(full, cal)
+        speeds = {b: _speeds(_speed_runs(ok, b)) for b in batches}
         noise = _g2_trace(noise_rows[source], by_run=True) if len(cal) == 1 and source else None
         result = core.predict(steps, speeds, noise=noise, shape=core.SHAPES[calibration])
     except core.PredictionError as exc:
@@ -313,7 +333,8 @@ def predict_frame(
     without it they come from this sweep's own runs that reached the target."""
     frame = prepare(summary)
     train = frame[frame["mode"] == "train"]
-    reference = train if measured is None else prepare(measured)
+    # short runs stop before the target by design: only full-length runs measure it
+    reference = train[~train["short"]] if measured is None else prepare(measured)
     out = []
     for (_mode, model), runs in train.groupby(["mode", "model"], sort=True):
         ref = reference[(reference["mode"] == "train") & (reference["model"] == model)]

@@ -76,7 +76,7 @@ def prepare(summary: pd.DataFrame) -> pd.DataFrame:
     """A copy of the summary with the NUMERIC columns numeric, ``accumulation_steps`` filled,
     ``effective_batch_size`` (``batch_size`` × ``accumulation_steps``, the samples of one update;
     computed for every row, those without a result too) and ``reached`` (the run reached its
-    target)."""
+    target) and ``short`` (one of train.predict's short runs, which stop before it by design)."""
     frame = summary.copy()
     for column in NUMERIC:
         if column in frame:
@@ -90,6 +90,8 @@ def prepare(summary: pd.DataFrame) -> pd.DataFrame:
     frame["effective_batch_size"] = (frame["batch_size"] * frame["accumulation_steps"]).astype(int)
     reached = frame.get("target_reached", pd.Series(False, index=frame.index))
     frame["reached"] = [_truthy(v) for v in reached]
+    short = frame.get("short_run", pd.Series(False, index=frame.index))
+    frame["short"] = [_truthy(v) for v in short]
     return frame
 
 
