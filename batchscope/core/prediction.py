@@ -3,9 +3,10 @@ a full-length run at one batch size (or two).
 
 McCandlish et al. 2018 model the steps to a target as S(B) = S_min (1 + B_noise/B), that is
 S = S_min + E_min/B with E_min = S_min·B_noise: a straight line in 1/B with two unknowns. Every
-other batch size gets a short run, which measures its throughput (samples_per_s), and under
-``noise_scale`` the gradient noise scale B_simple early in training. ``train.predict_calibration``
-says how the two unknowns are pinned (``calibration_sizes``) and with which shape (``SHAPES``):
+batch size gets short runs, the calibration ones too, which measure its throughput
+(samples_per_s), and under ``noise_scale`` the gradient noise scale B_simple early in training.
+``train.predict_calibration`` says how the two unknowns are pinned (``calibration_sizes``) and
+with which shape (``SHAPES``):
 
 - ``late_noise`` (the default): ONE batch size, the one nearest the third quartile of the grid's
   log range, runs to the target, and B_noise is the B_simple its runs measure in their last
@@ -34,7 +35,7 @@ the time to the target is two factors, each from its own evidence:
 
     steps(B)    = S_min (1 + B_noise/B)            the convergence fit, over seeds
                   (or S_min max(1, B_noise/B))
-    update_s(B) = B / samples_per_s(B)              the throughput runs, pooled
+    update_s(B) = B / samples_per_s(B)              the short runs, pooled
     seconds(B)  = steps(B) · update_s(B)
 
 The steps' interval is a bootstrap: each calibration size's seeds and (one calibration size) the

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.workflow.helpers import snakemake, write_config
+from tests.workflow.helpers import job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -67,6 +67,34 @@ def test_short_runs_everywhere_and_full_length_at_the_calibration_size(sweep):
         assert full["steps_run"] == 512 // 32 and full["target_reached"] is True
         assert full["noise_scale_measurements"] > 0
         assert not _run(sweep, 32, seed, 3).exists()
+
+
+@pytest.mark.parametrize(
+    ("predict_rounds", "short_rounds", "calibration_rounds"),
+    [(1, {"1"}, {"1", "2"}), (3, {"1", "2", "3"}, {"1", "2", "3"})],
+)
+def test_the_calibration_sizes_short_runs_come_after_their_full_length_ones(
+    tmp_path, predict_rounds, short_rounds, calibration_rounds
+):
+    # 4 and 8 run short in predict_rounds rounds; 32 runs full length in round 1 (measure.rounds)
+    # and short in the rounds after, up to predict_rounds but at least one
+    train = {**CONFIG["train"], "predict_rounds": predict_rounds}
+    config = write_config(tmp_path, **{**CONFIG, "train": train})
+    done = snakemake(tmp_path, "-n", "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = [line for line in done.stdout.splitlines() if "output: " in line and ".json" in line]
+
+    def rounds(batch):
+        return {
+            line.split(f"/bs{batch}_")[1].split("_round")[1].split(".")[0]
+            for line in outputs
+            if f"/bs{batch}_" in line and "results/runs/" in line
+        }
+
+    assert rounds(4) == rounds(8) == short_rounds
+    assert rounds(32) == calibration_rounds
+    bench = job_counts(done.stdout + done.stderr)["bench"]
+    assert bench == 2 * (2 * len(short_rounds) + len(calibration_rounds))
 
 
 def test_prediction_csv(sweep):

@@ -94,7 +94,7 @@ def _blocks(reports: Sequence[ModelReport]) -> list[tuple[str, Any]]:
                     "p",
                     "Steps and seconds to the target predicted at every batch size from "
                     "full-length runs at the calibration batch size(s) (train.predict_calibration"
-                    "; run: full) and a short run at every other one (throughput, noise scale), "
+                    "; run: full) and short runs at every batch size (throughput, noise scale), "
                     "beside the measured seconds "
                     "where runs went to the target; ★ is the predicted best. See "
                     "prediction.csv and convergence_prediction.png.",
