@@ -295,10 +295,15 @@ SHORT_ROUNDS = max(ROUNDS, config["train"]["predict_rounds"]) if PREDICT else RO
 LAST_ROUND = max(SHORT_ROUNDS, ROUNDS + 1) if PREDICT else ROUNDS
 
 
+def predicted(point):
+    """Whether train.predict covers a point: its training points."""
+    return PREDICT and point.mode == "train"
+
+
 def is_calibration(point):
     """Whether a training point is at one of train.predict's calibration sizes
     (train.predict_calibration) of its mode and model, which also run to the target."""
-    if not PREDICT or point.mode != "train":
+    if not predicted(point):
         return False
     effective = {
         int(b) * int(a)
@@ -313,15 +318,13 @@ def is_calibration(point):
 def is_short(point, round_):
     """Whether a training point's run in round ``round_`` is one of train.predict's short runs:
     every batch size's in every round but the calibration sizes' in the sweep's own."""
-    if not PREDICT or point.mode != "train":
-        return False
-    return round_ > ROUNDS or not is_calibration(point)
+    return predicted(point) and (round_ > ROUNDS or not is_calibration(point))
 
 
 def short_rounds(point):
     """The rounds past the sweep's own in which a point runs short (none without
     train.predict): up to SHORT_ROUNDS, the calibration sizes' up to LAST_ROUND."""
-    if not PREDICT or point.mode != "train":
+    if not predicted(point):
         return range(0)
     return range(
         ROUNDS + 1, (LAST_ROUND if is_calibration(point) else SHORT_ROUNDS) + 1

@@ -113,7 +113,8 @@ def _g2_trace(rows: pd.DataFrame, *, by_run: bool = False) -> tuple[np.ndarray, 
 
 
 def _run_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """The steps rows of ``runs`` with each run's effective batch and noise batch sizes."""
+    """The steps rows of ``runs`` with each run's effective batch, noise batch sizes and
+    ``short`` (``prepare``'s)."""
     keys = ["mode", "model", "batch_size", "accumulation_steps", "num_workers", "seed"]
     if curves is None or curves.empty:
         return pd.DataFrame()
@@ -123,7 +124,7 @@ def _run_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     for key in keys[2:]:
         curves[key] = pd.to_numeric(curves.get(key, 1), errors="coerce")
     noise = ["noise_scale_batch_small", "noise_scale_batch_big"]
-    runs = runs.reindex(columns=[*keys, "effective_batch_size", *noise])
+    runs = runs.reindex(columns=[*keys, "effective_batch_size", "short", *noise])
     rows = curves.merge(runs, on=keys, how="inner")
     rows["step"] = pd.to_numeric(rows["step"], errors="coerce")
     return rows
@@ -191,20 +192,16 @@ def _calibration_steps(runs: pd.DataFrame, cal: Sequence[int]) -> dict[int, list
 
 
 def _noise_rows(
-    curves: pd.DataFrame | None,
-    ok: pd.DataFrame,
-    full: pd.DataFrame,
-    cal: Sequence[int],
-    predict_steps: int,
+    curves: pd.DataFrame | None, ok: pd.DataFrame, cal: Sequence[int], predict_steps: int
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The noise measurements early (every ok run's first ``predict_steps`` updates) and late
-    (the calibration sizes' ``full``-length runs' last third, past ``predict_steps``)."""
+    """The noise measurements early (every run's first ``predict_steps`` updates) and late (the
+    calibration sizes' full-length runs' last third, past ``predict_steps``)."""
     run_rows = _run_curves(curves, ok)
     if run_rows.empty:
         return run_rows, run_rows
     early = run_rows[run_rows["step"] <= predict_steps]
-    full = _run_curves(curves, full[full["status"] == "ok"])
-    full = full[full["effective_batch_size"].isin(cal)]
+    at_cal = run_rows["effective_batch_size"].isin(cal)
+    full = run_rows[at_cal & ~run_rows["short"].astype(bool)]
     last = full.groupby(["effective_batch_size", "seed"])["step"].transform("max")
     late = full[full["step"] > last * (1 - LATE_SHARE)]
     return early, late[late["step"] > predict_steps]
@@ -292,7 +289,7 @@ def _model_rows(
         # (or another sweep's, ``own`` False) measure steps to it
         if b in rows and (b in cal or not own):
             rows[b].update(values)
-    early_rows, late_rows = _noise_rows(curves, ok, full, cal, predict_steps)
+    early_rows, late_rows = _noise_rows(curves, ok, cal, predict_steps)
     noise_rows = {"early": early_rows, "late": late_rows}
     early = checks.pooled_noise_scale(*_g2_trace(early_rows))
     late = checks.pooled_noise_scale(*_g2_trace(late_rows))
